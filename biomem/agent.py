@@ -1,0 +1,100 @@
+"""A-Mem's agentic note life cycle, confined to one owner: build, embed, link, evolve.
+
+Note construction asks the LLM for keywords, context and tags; the embedding covers
+content + context + keywords + tags; the 5 nearest neighbours *of the same owner* go to the
+evolution step, whose links (note ids) and neighbour updates can only touch that owner's
+notes. Evolved neighbours are re-embedded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .llm import LLM, Draft
+from .partitions import Partitions
+from .store import Note, Store
+from .textenc import TextEncoder
+
+
+def embedding_text(content: str, context: str, keywords: Sequence[str], tags: Sequence[str]) -> str:
+    """The string e_i embeds: content, context, keywords and tags (A-Mem)."""
+    return f"{content} {context} {', '.join(keywords)} {', '.join(tags)}"
+
+
+class MemoryAgent:
+    """Writes notes of one owner at a time through the store, keeping partitions in step."""
+
+    def __init__(self, store: Store, partitions: Partitions, text: TextEncoder, llm: LLM, *,
+                 neighbours: int = 5) -> None:
+        self.store = store
+        self.partitions = partitions
+        self.text = text
+        self.llm = llm
+        self.neighbours = neighbours
+
+    def draft(self, content: str, timestamp: str) -> Draft:
+        """Note construction: one LLM analysis of the content."""
+        meta = self.llm.analyze(content)
+        return Draft(content=content, timestamp=timestamp, keywords=meta.keywords,
+                     tags=meta.tags, context=meta.context)
+
+    def embed(self, drafts: Sequence[Draft | Note], batch_size: int = 64) -> np.ndarray:
+        return self.text.encode([embedding_text(d.content, d.context, d.keywords, d.tags)
+                                 for d in drafts], batch_size=batch_size)
+
+    def ingest(self, owner_id: int, contents: Sequence[str], timestamps: Sequence[str]) -> list[int]:
+        """Build, embed (in one batch), then link and evolve each note in order; returns ids."""
+        drafts = [self.draft(c, t) for c, t in zip(contents, timestamps)]
+        vectors = self.embed(drafts)
+        return [self._link_and_store(owner_id, d, v) for d, v in zip(drafts, vectors)]
+
+    def _link_and_store(self, owner_id: int, draft: Draft, vector: np.ndarray) -> int:
+        hits = self.partitions.search(owner_id, vector, self.neighbours)
+        scores = dict(hits)
+        notes = self.store.get_notes(owner_id, [i for i, _ in hits])  # same owner by construction
+        neighbours = [(n, scores[n.id]) for n in notes]
+        decision = self.llm.evolve(draft, neighbours) if neighbours else None
+        if decision and decision.should_evolve and "strengthen" in decision.actions \
+                and decision.tags_to_update:
+            draft.tags = list(decision.tags_to_update)
+        (note_id,), generation = self.store.insert_notes(owner_id, [vars(draft)], vector[None, :])
+        self.partitions.added(owner_id, [note_id], vector[None, :], generation)
+        if decision is None or not decision.should_evolve:
+            return note_id
+        allowed = {n.id for n in notes}
+        links = [i for i in decision.suggested_connections if i in allowed]  # never another owner's
+        if links:
+            self.store.add_links(owner_id, note_id, links)
+        if "update_neighbor" in decision.actions:
+            self._update_neighbours(owner_id, notes, decision.new_context_neighborhood,
+                                    decision.new_tags_neighborhood)
+        return note_id
+
+    def _update_neighbours(self, owner_id: int, notes: Sequence[Note], contexts: Sequence[str],
+                           tags: Sequence[Sequence[str]]) -> None:
+        changed = []
+        for i, note in enumerate(notes):
+            new_context = contexts[i] if i < len(contexts) and contexts[i] else note.context
+            new_tags = list(tags[i]) if i < len(tags) and tags[i] else note.tags
+            if (new_context, new_tags) != (note.context, note.tags):
+                note.context, note.tags = new_context, new_tags
+                changed.append(note)
+        if not changed:
+            return
+        for note, vector in zip(changed, self.embed(changed)):
+            _, generation = self.store.update_note(owner_id, note.id, "evolve", vector,
+                                                   context=note.context, tags=note.tags)
+            self.partitions.updated(owner_id, note.id, vector, generation)
+
+    def rewrite(self, owner_id: int, note_id: int, content: str) -> Note:
+        """Replace an owned note's content: analysed and embedded again, history kept."""
+        before = self.store.get_note(owner_id, note_id)
+        draft = self.draft(content, before.timestamp)
+        vector = self.embed([draft])[0]
+        note, generation = self.store.update_note(owner_id, note_id, "update", vector, content=content,
+                                                  keywords=draft.keywords, tags=draft.tags,
+                                                  context=draft.context)
+        self.partitions.updated(owner_id, note_id, vector, generation)
+        return note

@@ -1,0 +1,107 @@
+"""The biometric gate: which identities' notes may enter retrieval for this probe.
+
+The paper's indicator is M_bio(m_i) = 1[cos(b_t, b_i) >= τ] per note, where b_i is the
+owner's biometric embedding. Every note of one owner shares that owner's templates, so we
+compare the probe with the U templates, not the N notes, and admit whole partitions.
+With several templates per owner, b_i is the set and the score is the best template.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidInputError, ModalityMismatchError
+from .store import Store
+
+POLICIES = ("best", "all")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A precomputed biometric embedding of the live requester and the encoder that made it."""
+
+    embedding: np.ndarray
+    modality: str
+
+    def __post_init__(self) -> None:
+        vector = np.asarray(self.embedding, dtype=np.float32).reshape(-1)
+        norm = float(np.linalg.norm(vector))
+        if vector.size == 0 or not np.isfinite(norm) or norm == 0.0:
+            raise InvalidInputError("a probe embedding must be a non-zero finite vector")
+        object.__setattr__(self, "embedding", vector / norm)
+
+
+@dataclass
+class GateResult:
+    """The gate's decision for one probe."""
+
+    identity: int | None  # the admitted owner (policy "best"), None when nobody matched
+    admitted: list[int]  # every admitted owner (one at most under "best")
+    identity_ids: np.ndarray  # enrolled identities of this modality ...
+    best_scores: np.ndarray  # ... and the probe's best cosine with each
+    threshold: float
+    modality: str
+    policy: str = "best"
+    labels: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def matched(self) -> bool:
+        return bool(self.admitted)
+
+    @property
+    def scores(self) -> dict[int, float]:
+        """Best cosine per enrolled identity (built on demand: 10,000 identities cost ms)."""
+        return {int(i): float(s) for i, s in zip(self.identity_ids, self.best_scores)}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"identity": self.identity, "label": self.labels.get(self.identity) if self.identity else None,
+                "admitted": self.admitted, "scores": self.scores, "threshold": self.threshold,
+                "modality": self.modality, "policy": self.policy}
+
+
+class Gate:
+    """Template matrices per modality, cached and reloaded when enrolment changes."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}
+
+    def _templates(self, modality: str) -> tuple[np.ndarray, np.ndarray]:
+        version = self.store.templates_version()
+        with self._lock:
+            cached = self._cache.get(modality)
+            if cached is None or cached[0] != version:
+                ids, matrix = self.store.templates(modality)
+                cached = (version, ids, matrix)
+                self._cache[modality] = cached
+        return cached[1], cached[2]
+
+    def scores(self, probe: Probe) -> tuple[np.ndarray, np.ndarray]:
+        """(identity ids, best cosine of the probe with each identity's templates)."""
+        ids, matrix = self._templates(probe.modality)
+        if len(ids) == 0:
+            return ids, np.zeros(0, dtype=np.float32)
+        if matrix.shape[1] != probe.embedding.shape[0]:
+            raise ModalityMismatchError(
+                f"probe has {probe.embedding.shape[0]} dimensions but {probe.modality!r} "
+                f"templates have {matrix.shape[1]}: the probe was made by another encoder")
+        sims = matrix @ probe.embedding
+        starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])  # templates sorted by identity
+        return ids[starts], np.maximum.reduceat(sims, starts)
+
+    def decide(self, probe: Probe, threshold: float, policy: str = "best") -> GateResult:
+        """Admit the best identity at or above τ ("best"), or every such identity ("all")."""
+        if policy not in POLICIES:
+            raise InvalidInputError(f"gate policy must be one of {POLICIES}, got {policy!r}")
+        ids, best = self.scores(probe)
+        above = np.flatnonzero(best >= threshold)
+        above = above[np.argsort(-best[above], kind="stable")]
+        admitted = [int(ids[i]) for i in (above[:1] if policy == "best" else above)]
+        return GateResult(identity=admitted[0] if admitted else None, admitted=admitted,
+                          identity_ids=ids, best_scores=best, threshold=threshold,
+                          modality=probe.modality, policy=policy)

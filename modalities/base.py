@@ -1,0 +1,53 @@
+"""What every biometric encoder is: metadata readable without weights, and one `encode` verb."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EncoderInfo:
+    """Static facts about an encoder, known before any weight is loaded."""
+
+    name: str  # registry name, also the `modality` key of templates and probes
+    kind: str  # "face" | "palm" | "other"
+    dim: int
+    default_threshold: float  # cosine τ used until a calibrated one is stored
+    threshold_source: str  # where the default τ comes from
+    weights: str  # weight source ("pip:face-recognition-models", "hf-hub:org/repo/file", "none")
+    license: str  # licence of the weights
+    description: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Encoder(ABC):
+    """A biometric encoder: image in, L2-normalised 1-d float32 embedding out.
+
+    Subclasses set the class attribute `info` and load weights in `__init__`, so the
+    registry can list them without loading anything.
+    """
+
+    info: EncoderInfo
+
+    @abstractmethod
+    def encode(self, image: Any) -> np.ndarray:
+        """Embed one capture (path, bytes, numpy array or PIL image) of exactly one subject."""
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+
+def l2_normalise(vector: np.ndarray) -> np.ndarray:
+    """Return `vector` as float32 with unit Euclidean norm (cosine becomes a dot product)."""
+    v = np.asarray(vector, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(v))
+    if not np.isfinite(norm) or norm == 0.0:
+        raise ValueError("cannot normalise a zero or non-finite embedding")
+    return v / norm
