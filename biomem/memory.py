@@ -80,13 +80,15 @@ class BioMemory:
     """Identity-gated agentic memory over one SQLite file.
 
     path: the database file; derived indexes live in `<path>.index/`.
-    encoder: default biometric modality (registry name); stored in the DB on creation.
+    encoder: default biometric modality (registry name, or a ready Encoder instance to reuse);
+        stored in the DB on creation.
     text_model: sentence encoder (default all-MiniLM-L6-v2, offline first).
     llm: "offline" (default), "openai:<model>", "hf:<model-id>" or an LLM instance.
     policy: "best" admits only the best-matching identity; "all" every identity at or above τ.
     """
 
-    def __init__(self, path: str | os.PathLike = "biomem.db", *, encoder: str | None = None,
+    def __init__(self, path: str | os.PathLike = "biomem.db", *,
+                 encoder: str | modalities.Encoder | None = None,
                  text_model: str | TextEncoder | None = None, llm: str | LLM | None = None,
                  policy: str = "best", k: int = 10, hnsw_threshold: int = 20_000) -> None:
         if policy not in POLICIES:
@@ -95,6 +97,10 @@ class BioMemory:
         self.store = Store(self.path)
         self.text = text_model if isinstance(text_model, TextEncoder) else TextEncoder(text_model)
         self._check_text_model()
+        self._encoders = _Probes()
+        if isinstance(encoder, modalities.Encoder):
+            self._encoders.encoders[encoder.name] = encoder
+            encoder = encoder.name
         stored_encoder = self.store.get_meta("default_modality")
         self.modality = encoder or stored_encoder or os.environ.get("BIOMEM_ENCODER") or DEFAULT_ENCODER
         if stored_encoder is None:
@@ -106,7 +112,6 @@ class BioMemory:
                                      self.text.dim, hnsw_threshold=hnsw_threshold)
         self.llm = make_llm(llm, self.text)
         self.agent = MemoryAgent(self.store, self.partitions, self.text, self.llm)
-        self._encoders = _Probes()
 
     def _check_text_model(self) -> None:
         dim = self.store.get_meta("text_dim")

@@ -150,6 +150,7 @@ class Store:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.lock = threading.RLock()
+        self.closed = False
         try:
             conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30,
                                    isolation_level=None)  # transactions are explicit, see transaction()
@@ -197,9 +198,13 @@ class Store:
             self.db.execute("COMMIT")
 
     def close(self) -> None:
+        """Checkpoint the WAL into the main file and close; closing twice is harmless."""
         with self.lock:
+            if self.closed:
+                return
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self.db.close()
+            self.closed = True
 
     # meta and thresholds
     def get_meta(self, key: str, default: str | None = None) -> str | None:

@@ -1,0 +1,343 @@
+"""The engine end to end with real models: who may read which memory."""
+
+import sqlite3
+import threading
+
+import numpy as np
+import pytest
+
+from biomem import (
+    BioMemory,
+    InvalidImageError,
+    InvalidInputError,
+    ModalityMismatchError,
+    MultipleFacesError,
+    NoFaceError,
+    NoteNotFoundError,
+    Probe,
+    StoreCorruptError,
+    UnknownIdentityError,
+)
+from biomem.llm import NO_MEMORY_ANSWER
+from tests.faces import group_photo_path
+
+ALICE, BOB, STRANGER = 0, 1, 2
+
+
+@pytest.fixture
+def family(make_memory, capture):
+    """Alice and Bob enrolled from two real captures each, with look-alike notes."""
+    mem = make_memory()
+    alice = mem.enroll("alice", [capture(ALICE, 0), capture(ALICE, 1)])
+    bob = mem.enroll("bob", [capture(BOB, 0), capture(BOB, 1)])
+    mem.add("My PIN is 1234", identity=alice.id, timestamp="1:56 pm on 8 May, 2023")
+    mem.add("I adopted a beagle puppy called Rex", identity=alice.id, timestamp="2023-05-09T10:00:00")
+    mem.add("My PIN is 9876", identity=bob.id, timestamp="3:10 pm on 9 May, 2023")
+    mem.add("I am training for the Berlin marathon", identity=bob.id, timestamp="2023-05-10T08:00:00")
+    return mem, alice, bob
+
+
+def contents(notes):
+    return {n.content for n, _ in notes}
+
+
+def table_rows(mem):
+    return mem.store.counts()
+
+
+def test_owner_sees_own_notes_through_a_new_capture(family, capture):
+    mem, alice, _ = family
+    result = mem.search("Do I have a dog?", probe=capture(ALICE, 5))
+    assert result.gate.identity == alice.id
+    assert contents(result.notes) == {"My PIN is 1234", "I adopted a beagle puppy called Rex"}
+    assert result.notes[0][0].content == "I adopted a beagle puppy called Rex"
+    assert result.gated_out == 2
+
+
+def test_lookalike_notes_never_cross_owners(family, capture):
+    mem, alice, bob = family
+    for person, identity, pin in ((ALICE, alice, "1234"), (BOB, bob, "9876")):
+        answer = mem.ask("What is my PIN?", probe=capture(person, 7))
+        assert answer.gate.identity == identity.id
+        assert {n.owner for n, _ in answer.notes} == {identity.id}
+        assert pin in answer.text
+        other = "9876" if pin == "1234" else "1234"
+        assert other not in answer.prompt and other not in answer.text
+
+
+def test_stranger_gets_an_empty_pool_and_an_answer_without_memory(family, capture):
+    mem, _, _ = family
+    answer = mem.ask("What is my PIN?", probe=capture(STRANGER, 3))
+    assert answer.gate.identity is None and answer.gate.admitted == []
+    assert answer.notes == []
+    assert answer.gated_out == 4
+    assert answer.text == NO_MEMORY_ANSWER
+    assert "1234" not in answer.prompt and "9876" not in answer.prompt
+    assert "context" not in answer.prompt.lower()
+    assert set(answer.gate.scores) == {1, 2}
+    assert max(answer.gate.scores.values()) < answer.gate.threshold
+
+
+def test_results_convert_to_mem0_style_dicts(family, capture):
+    mem, alice, _ = family
+    data = mem.search("PIN", probe=capture(ALICE, 2)).as_dict()
+    assert data["gate"]["label"] == "alice"
+    assert {r["memory"] for r in data["results"]} == {"My PIN is 1234", "I adopted a beagle puppy called Rex"}
+    assert all(r["owner"] == alice.id and "score" in r for r in data["results"])
+
+
+def test_add_by_probe_stores_for_the_matched_owner_and_refuses_strangers(family, capture):
+    mem, alice, _ = family
+    note = mem.add("My sister lives in Lisbon", probe=capture(ALICE, 4))
+    assert note.owner == alice.id and len(note.keywords) >= 3 and len(note.tags) >= 3 and note.context
+    before = table_rows(mem)
+    with pytest.raises(UnknownIdentityError):
+        mem.add("I am not enrolled", probe=capture(STRANGER, 1))
+    assert table_rows(mem) == before
+
+
+def test_by_id_operations_refuse_non_owners(family, capture):
+    mem, alice, bob = family
+    alice_note = mem.get_all(probe=capture(ALICE, 2))[0]
+    for probe in (capture(BOB, 2),):
+        with pytest.raises(NoteNotFoundError):
+            mem.get(alice_note.id, probe=probe)
+        with pytest.raises(NoteNotFoundError):
+            mem.update(alice_note.id, "overwritten by Bob", probe=probe)
+        with pytest.raises(NoteNotFoundError):
+            mem.delete(alice_note.id, probe=probe)
+        with pytest.raises(NoteNotFoundError):
+            mem.history(alice_note.id, probe=probe)
+    with pytest.raises(UnknownIdentityError):
+        mem.get(alice_note.id, probe=capture(STRANGER, 2))
+    assert mem.get(alice_note.id, probe=capture(ALICE, 3)).content == alice_note.content
+
+
+def test_update_and_delete_keep_history_for_the_owner(family, capture):
+    mem, alice, _ = family
+    owner_probe = capture(ALICE, 3)
+    note = mem.get_all(probe=owner_probe)[0]
+    mem.update(note.id, "My PIN is now 5555", probe=owner_probe)
+    assert "5555" in mem.ask("What is my PIN?", probe=owner_probe).text
+    mem.delete(note.id, probe=owner_probe)
+    events = [h["event"] for h in mem.history(note.id, probe=owner_probe)]
+    assert events == ["add", "update", "delete"]
+    with pytest.raises(NoteNotFoundError):
+        mem.get(note.id, probe=owner_probe)
+    assert all("5555" not in n.content for n, _ in mem.search("PIN", probe=owner_probe).notes)
+
+
+def test_links_join_only_notes_of_one_owner(make_memory, face_probe):
+    mem = make_memory()
+    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
+    bob = mem.enroll("bob", [face_probe(BOB, 0)])
+    mem.add_many(["I love hiking in the Alps", "Hiking in the Alps is my favourite holiday"], identity=bob.id)
+    mem.add_many(["I love hiking in the Alps", "We went hiking in the Alps again"], identity=alice.id)
+    rows = mem.store.db.execute(
+        "SELECT l.owner_id, s.owner_id, t.owner_id FROM links l "
+        "JOIN notes s ON s.id = l.source_id JOIN notes t ON t.id = l.target_id").fetchall()
+    assert rows, "similar notes of one owner should be linked"
+    assert all(a == b == c for a, b, c in rows)
+    with pytest.raises(sqlite3.IntegrityError):  # storage itself refuses a cross-owner link
+        bob_note = mem.get_all(probe=face_probe(BOB, 0))[0]
+        alice_note = mem.get_all(probe=face_probe(ALICE, 0))[0]
+        mem.store.add_links(alice.id, alice_note.id, [bob_note.id])
+
+
+def test_forget_leaves_no_row_no_vector_and_no_bytes(make_memory, face_probe, tmp_path):
+    mem = make_memory("forget.db", hnsw_threshold=3)
+    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
+    bob = mem.enroll("bob", [face_probe(BOB, 0)])
+    secret = "Alice keeps the spare key under the blue flowerpot"
+    mem.add_many([secret, "Alice's passport number is X1234567", "Alice fears spiders", "Alice likes tea"],
+                 identity=alice.id)
+    mem.add_many(["Bob likes coffee"], identity=bob.id)
+    mem.search("key", probe=face_probe(ALICE, 0))  # builds Alice's hnsw index file
+    index_dir = tmp_path / "forget.db.index"
+    assert (index_dir / f"owner-{alice.id}.hnsw").exists()
+
+    mem.forget(alice.id)
+
+    db = mem.store.db
+    for table, column in (("identities", "id"), ("templates", "identity_id"), ("notes", "owner_id"),
+                          ("links", "owner_id"), ("history", "owner_id")):
+        assert db.execute(f"SELECT COUNT(*) FROM {table} WHERE {column} = ?", [alice.id]).fetchone()[0] == 0
+    assert not list(index_dir.glob(f"owner-{alice.id}.*"))
+    assert alice.id not in mem.partitions.cached_owners()
+    gate = mem.identify(face_probe(ALICE, 0))
+    assert gate.identity is None and alice.id not in gate.scores
+    assert mem.search("coffee", probe=face_probe(BOB, 0)).notes[0][0].content == "Bob likes coffee"
+    mem.close()
+    for path in tmp_path.glob("forget.db*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), f"{path.name} still holds the text"
+
+
+def test_reopening_gives_the_same_results(make_memory, face_probe, tmp_path):
+    mem = make_memory("reopen.db")
+    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
+    mem.add_many([f"Memory number {i} about topic {i % 7}" for i in range(40)], identity=alice.id)
+    before = [(n.id, round(s, 5)) for n, s in mem.search("topic 3", probe=face_probe(ALICE, 1)).notes]
+    mem.close()
+    again = make_memory("reopen.db")
+    after = [(n.id, round(s, 5)) for n, s in again.search("topic 3", probe=face_probe(ALICE, 1)).notes]
+    assert before == after and len(before) == 10
+    assert again.modality == "face-dlib"
+
+
+def test_missing_or_stale_index_files_are_rebuilt(make_memory, face_probe, tmp_path):
+    mem = make_memory("rebuild.db", hnsw_threshold=20)
+    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
+    mem.add_many([f"Diary entry {i}: the weather was {['sunny', 'rainy', 'windy'][i % 3]}" for i in range(60)],
+                 identity=alice.id)
+    expected = [n.id for n, _ in mem.search("rainy day", probe=face_probe(ALICE, 1)).notes]
+    mem.close()
+    index_file = tmp_path / "rebuild.db.index" / f"owner-{alice.id}.hnsw"
+    assert index_file.exists()
+    index_file.unlink()
+    reopened = make_memory("rebuild.db", hnsw_threshold=20)
+    assert [n.id for n, _ in reopened.search("rainy day", probe=face_probe(ALICE, 1)).notes] == expected
+    assert index_file.exists()
+    reopened.close()
+    stamp = (tmp_path / "rebuild.db.index" / f"owner-{alice.id}.json").read_text()
+    # A stale file is not trusted: another writer (here one that never uses hnsw) changes the store.
+    exact_writer = make_memory("rebuild.db", hnsw_threshold=10**9)
+    exact_writer.add("Diary entry 60: we saw a purple giraffe at the zoo", identity=alice.id)
+    exact_writer.close()
+    assert (tmp_path / "rebuild.db.index" / f"owner-{alice.id}.json").read_text() == stamp
+    third = make_memory("rebuild.db", hnsw_threshold=20)
+    top = third.search("purple giraffe", probe=face_probe(ALICE, 1)).notes
+    assert top[0][0].content == "Diary entry 60: we saw a purple giraffe at the zoo"
+    assert (tmp_path / "rebuild.db.index" / f"owner-{alice.id}.json").read_text() != stamp
+
+
+def test_exact_and_hnsw_partitions_give_identical_top_k(make_memory, face_probe, text_encoder):
+    texts = [f"Note {i}: I talked about {w} with my {p}" for i, (w, p) in enumerate(
+        (w, p) for w in ("cooking", "music", "travel", "running", "painting", "books", "movies", "gardening")
+        for p in ("mother", "friend", "boss", "neighbour", "coach", "teacher", "cousin", "doctor", "son"))]
+    exact = make_memory("exact.db", hnsw_threshold=10**9)
+    approx = make_memory("hnsw.db", hnsw_threshold=10)
+    for mem in (exact, approx):
+        owner = mem.enroll("alice", [face_probe(ALICE, 0)])
+        mem.add_many(texts, identity=owner.id, timestamps=["2024-01-01T00:00:00"] * len(texts))
+    assert approx.partitions.get(1).hnsw is not None and exact.partitions.get(1).hnsw is None
+    for query in ("music with a friend", "my doctor", "gardening", "running coach", "what did I read"):
+        a = [n.id for n, _ in exact.search(query, probe=face_probe(ALICE, 1)).notes]
+        b = [n.id for n, _ in approx.search(query, probe=face_probe(ALICE, 1)).notes]
+        assert a == b and len(a) == 10
+
+
+def test_gate_equals_the_papers_per_note_indicator(make_memory, face_probe):
+    """Template-level gating (U comparisons) admits exactly the notes the paper's rule admits."""
+    mem = make_memory(policy="all")
+    owners = [mem.enroll(f"person{p}", [face_probe(p, 0), face_probe(p, 1)]) for p in range(5)]
+    for owner in owners:
+        mem.add_many([f"{owner.label} note {i}" for i in range(3)], identity=owner.id)
+    rng = np.random.default_rng(7)
+    for person in range(7):
+        probe = face_probe(person, 3)
+        for tau in (mem.threshold(), 0.9, 0.8, float(rng.uniform(0.85, 0.99))):
+            mem.set_threshold(tau)
+            admitted = {n.id for o in mem.identify(probe).admitted for n in mem.store.all_notes(o)}
+            naive = set()
+            for note_id, owner_id in mem.store.db.execute("SELECT id, owner_id FROM notes"):
+                ids, templates = mem.store.templates("face-dlib")
+                b_i = templates[ids == owner_id]  # the owner's biometric embedding(s) of this note
+                cos = b_i @ probe.embedding / np.linalg.norm(b_i, axis=1) / np.linalg.norm(probe.embedding)
+                if cos.max() >= tau:
+                    naive.add(note_id)
+            assert admitted == naive
+
+
+def test_policy_best_admits_one_identity_and_all_admits_every_match(make_memory, face_probe):
+    mem = make_memory()
+    a = mem.enroll("alice", [face_probe(ALICE, 0)])
+    b = mem.enroll("bob", [face_probe(BOB, 0)])
+    mem.set_threshold(-1.0)  # everybody matches everybody
+    assert mem.identify(face_probe(BOB, 1)).admitted == [b.id]
+    assert set(mem.identify(face_probe(BOB, 1), policy="all").admitted) == {a.id, b.id}
+
+
+def test_eight_threads_adding_and_searching_lose_nothing(make_memory, face_probe):
+    mem = make_memory("threads.db")
+    people = [mem.enroll(f"p{p}", [face_probe(p, 0)]) for p in range(4)]
+    probes = {o.id: face_probe(p, 1) for p, o in enumerate(people)}
+    errors: list[BaseException] = []
+
+    def worker(t: int) -> None:
+        try:
+            owner = people[t % 4]
+            for i in range(12):
+                mem.add(f"thread {t} memory {i}", probe=probes[owner.id])
+                result = mem.search(f"memory {i}", probe=probes[owner.id], k=5)
+                assert {n.owner for n, _ in result.notes} == {owner.id}
+        except BaseException as exc:  # surfaced in the main thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert mem.store.note_total() == 96
+    for p, owner in enumerate(people):
+        notes = mem.get_all(probe=probes[owner.id])
+        assert {n.content for n in notes} == {f"thread {t} memory {i}" for t in (p, p + 4) for i in range(12)}
+        assert mem.partitions.size(owner.id) == 24
+
+
+def test_bad_inputs_raise_typed_errors_and_write_nothing(family, capture, tmp_path, face_probe):
+    mem, alice, bob = family
+    before = table_rows(mem)
+    not_image = tmp_path / "notes.txt"
+    not_image.write_text("this is not an image")
+    corrupt = tmp_path / "corrupt.jpg"
+    corrupt.write_bytes(b"\xff\xd8\xff\xe0" + b"\x00" * 50)
+    blank = np.full((200, 200, 3), 127, dtype=np.uint8)
+    cases = [
+        (InvalidImageError, lambda: mem.search("x", probe=str(not_image))),
+        (InvalidImageError, lambda: mem.enroll("carol", [str(corrupt)])),
+        (NoFaceError, lambda: mem.add("hello", probe=blank)),
+        (MultipleFacesError, lambda: mem.ask("What is my PIN?", probe=str(group_photo_path()))),
+        (MultipleFacesError, lambda: mem.enroll("group", [str(group_photo_path())])),
+        (ModalityMismatchError, lambda: mem.search("x", probe=Probe(np.ones(2048), "palm-compcode"))),
+        (ModalityMismatchError, lambda: mem.search("x", probe=Probe(np.ones(64), "face-dlib"))),
+        (InvalidInputError, lambda: mem.add("   ", identity=alice.id)),
+        (InvalidInputError, lambda: mem.add("two owners", identity=alice.id, probe=capture(ALICE, 1))),
+        (InvalidInputError, lambda: mem.add("bad time", identity=alice.id, timestamp="next Tuesday-ish")),
+        (InvalidInputError, lambda: mem.enroll("", [capture(ALICE, 1)])),
+        (UnknownIdentityError, lambda: mem.add("nobody", identity=999)),
+        (NoteNotFoundError, lambda: mem.get(12345, probe=capture(ALICE, 1))),
+        (NoteNotFoundError, lambda: mem.delete(3, probe=capture(ALICE, 1))),  # Bob's note
+    ]
+    for error, call in cases:
+        with pytest.raises(error):
+            call()
+    assert table_rows(mem) == before
+
+
+def test_corrupt_or_foreign_database_files_are_refused_untouched(tmp_path, text_encoder, face_encoder):
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"definitely not sqlite " * 100)
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    for path in (garbage, foreign):
+        original = path.read_bytes()
+        with pytest.raises(StoreCorruptError):
+            BioMemory(path, text_model=text_encoder, encoder=face_encoder)
+        assert path.read_bytes() == original
+
+
+@pytest.mark.parametrize("raw,iso", [
+    ("1:56 pm on 8 May, 2023", "2023-05-08T13:56:00"),
+    ("12:09 am on 13 September, 2023", "2023-09-13T00:09:00"),
+    ("10:31 AM on 1 Jan, 2024", "2024-01-01T10:31:00"),
+    ("2023-05-08T13:56:00", "2023-05-08T13:56:00"),
+    ("2023-05-08 13:56:00+02:00", "2023-05-08T13:56:00+02:00"),
+])
+def test_timestamps_in_iso_and_locomo_form(raw, iso):
+    from biomem.timeparse import parse_timestamp
+
+    assert parse_timestamp(raw) == iso
