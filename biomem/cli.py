@@ -1,0 +1,130 @@
+"""The `biomem` command: enrol, remember, ask, search, forget and inspect one database file.
+
+    biomem enroll alice alice1.jpg alice2.jpg
+    biomem add "My PIN is 1234" --probe alice3.jpg
+    biomem ask "What is my PIN?" --probe alice3.jpg
+    biomem forget 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import BioMemError
+
+
+def _memory(args: argparse.Namespace):  # noqa: ANN202 - BioMemory, imported lazily (torch is slow)
+    from .memory import BioMemory
+
+    return BioMemory(args.db, encoder=args.encoder, llm=args.llm, policy=args.policy)
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+def cmd_enroll(args: argparse.Namespace) -> None:
+    with _memory(args) as mem:
+        identity = mem.enroll(args.label, args.images, modality=args.modality)
+        print(f"enrolled {identity.label!r} as identity {identity.id} "
+              f"({len(args.images)} sample(s), {args.modality or mem.modality})")
+
+
+def cmd_add(args: argparse.Namespace) -> None:
+    with _memory(args) as mem:
+        note = mem.add(args.text, identity=args.identity, probe=args.probe, timestamp=args.timestamp)
+        _print_json(note.as_dict())
+
+
+def cmd_search(args: argparse.Namespace) -> None:
+    with _memory(args) as mem:
+        _print_json(mem.search(args.query, probe=args.probe, k=args.k).as_dict())
+
+
+def cmd_ask(args: argparse.Namespace) -> None:
+    with _memory(args) as mem:
+        answer = mem.ask(args.question, probe=args.probe, k=args.k)
+        who = answer.gate.labels.get(answer.gate.identity, "nobody (no memory context)")
+        print(f"[gate: {who}; {len(answer.notes)} note(s) in, {answer.gated_out} gated out]")
+        print(answer.text)
+
+
+def cmd_forget(args: argparse.Namespace) -> None:
+    with _memory(args) as mem:
+        mem.forget(args.identity)
+        print(f"forgot identity {args.identity}: notes, links, history, templates and index entries")
+
+
+def cmd_stats(args: argparse.Namespace) -> None:
+    with _memory(args) as mem:
+        _print_json(mem.stats())
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from .demo import run_demo
+
+    run_demo(args.db)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="biomem", description=__doc__.splitlines()[0])
+    parser.add_argument("--db", default=os.environ.get("BIOMEM_DB", "biomem.db"),
+                        help="database file (default $BIOMEM_DB or ./biomem.db)")
+    parser.add_argument("--encoder", default=None, help="default biometric encoder of a new store")
+    parser.add_argument("--llm", default=None, help="offline | openai:<model> | hf:<model-id>")
+    parser.add_argument("--policy", default="best", choices=["best", "all"], help="gate policy")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("enroll", help="create an identity from one or more images")
+    p.add_argument("label")
+    p.add_argument("images", nargs="+")
+    p.add_argument("--modality", default=None)
+    p.set_defaults(func=cmd_enroll)
+
+    p = sub.add_parser("add", help="remember a text for an identity or for whoever the probe matches")
+    p.add_argument("text")
+    owner = p.add_mutually_exclusive_group(required=True)
+    owner.add_argument("--identity", type=int)
+    owner.add_argument("--probe")
+    p.add_argument("--timestamp", default=None, help="ISO 8601 or '1:56 pm on 8 May, 2023'")
+    p.set_defaults(func=cmd_add)
+
+    for name, func, help_text in (("search", cmd_search, "gated retrieval, as JSON"),
+                                  ("ask", cmd_ask, "answer from the requester's memories only")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("query" if name == "search" else "question")
+        p.add_argument("--probe", required=True, help="image of the requester")
+        p.add_argument("-k", type=int, default=10)
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("forget", help="erase an identity and everything it owns")
+    p.add_argument("identity", type=int)
+    p.set_defaults(func=cmd_forget)
+
+    sub.add_parser("stats", help="counts, identities, thresholds").set_defaults(func=cmd_stats)
+    sub.add_parser("demo", help="enrol sample faces, add memories, ask as owner and stranger") \
+        .set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `biomem` console script; typed errors become one line and exit 2."""
+    args = build_parser().parse_args(argv)
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    try:
+        args.func(args)
+    except BioMemError as exc:
+        print(f"biomem: {exc.__class__.__name__}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

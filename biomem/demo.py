@@ -1,0 +1,70 @@
+"""A small demo store: three people from the sample faces, everyday memories, three askers.
+
+`biomem demo` (and the app's "load demo") enrol Ana, Ben and Chloe from two captures each,
+give them look-alike memories, then ask the same question as each of them and as a
+stranger: each gets only their own memories, the stranger none.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .memory import BioMemory
+from .samples import augment, face_crops
+
+DEMO_PEOPLE: dict[str, list[tuple[str, str]]] = {
+    "Ana": [
+        ("My PIN for the bank card is 4821", "2024-03-02T09:15:00"),
+        ("I am allergic to peanuts", "2024-03-05T12:30:00"),
+        ("My daughter Lea starts piano lessons on Tuesdays", "2024-03-09T18:00:00"),
+        ("I parked the car on level 3 of the station garage", "2024-03-12T08:05:00"),
+    ],
+    "Ben": [
+        ("My PIN for the bank card is 7390", "2024-03-03T10:00:00"),
+        ("I am training for the Berlin marathon in September", "2024-03-06T07:00:00"),
+        ("My doctor's appointment is on Friday at 4 pm", "2024-03-10T14:20:00"),
+        ("I promised to bring the salad to Sunday's barbecue", "2024-03-13T19:45:00"),
+    ],
+    "Chloe": [
+        ("My PIN for the bank card is 1156", "2024-03-04T11:11:00"),
+        ("My cat Miso needs her vaccine next month", "2024-03-07T16:40:00"),
+        ("I am learning Japanese with an app every morning", "2024-03-11T06:50:00"),
+    ],
+}
+STRANGER = 6  # index into face_crops(): a person who is never enrolled
+
+
+def demo_capture(person: int, seed: int) -> np.ndarray:
+    """Another capture of sample person `person` (seed 0: the photo itself)."""
+    face = face_crops()[person]
+    return face if seed == 0 else augment(face, seed=1000 * person + seed)
+
+
+def build_demo(mem: BioMemory) -> dict[str, int]:
+    """Enrol the demo people (face captures) with their memories; returns label -> identity id."""
+    ids = {}
+    for person, (label, memories) in enumerate(DEMO_PEOPLE.items()):
+        identity = mem.enroll(label, [demo_capture(person, 0), demo_capture(person, 1)], modality="face-dlib")
+        mem.add_many([text for text, _ in memories], identity=identity.id,
+                     timestamps=[when for _, when in memories])
+        ids[label] = identity.id
+    return ids
+
+
+def run_demo(path: str | Path, question: str = "What is my bank card PIN?") -> None:
+    """Build the demo store at `path` (if empty) and print what each asker gets."""
+    with BioMemory(path, encoder="face-dlib") as mem:
+        if not mem.identities():
+            build_demo(mem)
+        askers = [(label, demo_capture(person, 5)) for person, label in enumerate(DEMO_PEOPLE)]
+        askers.append(("a stranger", demo_capture(STRANGER, 5)))
+        print(f"store: {path} | question: {question!r}\n")
+        for who, probe in askers:
+            answer = mem.ask(question, probe=probe, k=3)
+            matched = answer.gate.labels.get(answer.gate.identity, "nobody")
+            best = max(answer.gate.scores.values(), default=float("nan"))
+            print(f"{who:>10} -> gate: {matched} (best cos {best:.3f}, tau {answer.gate.threshold:.3f}); "
+                  f"{len(answer.notes)} note(s) in, {answer.gated_out} gated out")
+            print(f"{'':>13}answer: {answer.text}")

@@ -1,0 +1,74 @@
+"""The `biomem` command against one database file, as a user would type it."""
+
+import json
+import shutil
+import subprocess
+
+import pytest
+from PIL import Image
+
+from biomem.cli import main
+
+
+@pytest.fixture
+def images(tmp_path, capture):
+    """PNG files: two enrolment captures of Alice, a later capture of her, and a stranger."""
+    paths = {}
+    for name, (person, n) in {"alice1": (0, 0), "alice2": (0, 1), "alice_later": (0, 6),
+                              "stranger": (3, 2)}.items():
+        paths[name] = str(tmp_path / f"{name}.png")
+        Image.fromarray(capture(person, n)).save(paths[name])
+    return paths
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_enroll_add_ask_search_stats_forget(tmp_path, images, capsys):
+    db = ["--db", str(tmp_path / "cli.db")]
+    code, out, _ = run(capsys, *db, "enroll", "alice", images["alice1"], images["alice2"])
+    assert code == 0 and "identity 1" in out
+    code, out, _ = run(capsys, *db, "add", "My locker code is 5150", "--probe", images["alice_later"],
+                       "--timestamp", "1:56 pm on 8 May, 2023")
+    assert code == 0 and json.loads(out)["timestamp"] == "2023-05-08T13:56:00"
+    assert run(capsys, *db, "add", "I take the 8:15 train", "--identity", "1")[0] == 0
+
+    code, out, _ = run(capsys, *db, "ask", "What is my locker code?", "--probe", images["alice_later"])
+    assert code == 0 and "gate: alice" in out and "5150" in out
+    code, out, _ = run(capsys, *db, "ask", "What is my locker code?", "--probe", images["stranger"])
+    assert code == 0 and "gate: nobody" in out and "5150" not in out
+
+    code, out, _ = run(capsys, *db, "search", "locker", "--probe", images["alice_later"], "-k", "1")
+    result = json.loads(out)
+    assert [r["memory"] for r in result["results"]] == ["My locker code is 5150"]
+    assert result["gated_out"] == 0
+
+    code, out, _ = run(capsys, *db, "stats")
+    stats = json.loads(out)
+    assert stats["notes"] == 2 and stats["per_identity"] == {"alice": 2}
+
+    assert run(capsys, *db, "forget", "1")[0] == 0
+    assert json.loads(run(capsys, *db, "stats")[1])["notes"] == 0
+
+
+def test_typed_errors_are_one_line_and_exit_2(tmp_path, images, capsys):
+    db = ["--db", str(tmp_path / "cli.db")]
+    not_image = tmp_path / "readme.txt"
+    not_image.write_text("hello")
+    code, out, err = run(capsys, *db, "enroll", "bob", str(not_image))
+    assert code == 2 and err.startswith("biomem: InvalidImageError:") and len(err.strip().splitlines()) == 1
+    code, _, err = run(capsys, *db, "add", "hello", "--probe", images["stranger"])
+    assert code == 2 and "UnknownIdentityError" in err
+    code, _, err = run(capsys, *db, "forget", "42")
+    assert code == 2 and "UnknownIdentityError" in err
+
+
+def test_console_script_is_installed():
+    exe = shutil.which("biomem")
+    assert exe, "pip install -e . puts the biomem command on PATH"
+    help_text = subprocess.run([exe, "--help"], capture_output=True, text=True, check=True).stdout
+    for command in ("enroll", "add", "ask", "search", "forget", "stats", "demo"):
+        assert command in help_text
