@@ -9,6 +9,7 @@ from .errors import (
     ModelUnavailableError,
     MultipleFacesError,
     NoFaceError,
+    NoPalmError,
     NoteNotFoundError,
     StoreCorruptError,
     UnknownIdentityError,
@@ -22,6 +23,6 @@ __version__ = "0.1.0"
 __all__ = [
     "Answer", "BioMemError", "BioMemory", "GateResult", "Identity", "InvalidImageError",
     "InvalidInputError", "LLMError", "ModalityMismatchError", "ModelUnavailableError",
-    "MultipleFacesError", "NoFaceError", "Note", "NoteNotFoundError", "Probe", "SearchResult",
+    "MultipleFacesError", "NoFaceError", "NoPalmError", "Note", "NoteNotFoundError", "Probe", "SearchResult",
     "StoreCorruptError", "UnknownIdentityError", "__version__",
 ]

@@ -14,7 +14,11 @@ class InvalidImageError(InvalidInputError):
 
 
 class NoFaceError(InvalidInputError):
-    """The probe image holds no detectable face (or palm region for palm encoders)."""
+    """The probe image holds no detectable face."""
+
+
+class NoPalmError(InvalidInputError):
+    """The image holds no usable palm region (blank, flat, or not a palm ROI)."""
 
 
 class MultipleFacesError(InvalidInputError):

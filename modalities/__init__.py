@@ -21,6 +21,10 @@ ENTRY_POINT_GROUP = "biomem.modalities"
 # Built-ins as "module:Class" so listing them imports no heavy dependency.
 _BUILTINS: dict[str, str] = {
     "face-dlib": "modalities.face_dlib:DlibFaceEncoder",
+    "face-arcface": "modalities.arcface:ArcFaceEncoder",
+    "face-arcface-s": "modalities.arcface:ArcFaceSmallEncoder",
+    "palm-ccnet": "modalities.ccnet:CCNetEncoder",
+    "palm-compcode": "modalities.compcode:CompCodeEncoder",
 }
 _registered: dict[str, type[Encoder]] = {}
 
