@@ -27,6 +27,7 @@ def run(capsys, *argv):
     return code, out, err
 
 
+@pytest.mark.slow
 def test_enroll_add_ask_search_stats_forget(tmp_path, images, capsys):
     db = ["--db", str(tmp_path / "cli.db")]
     code, out, _ = run(capsys, *db, "enroll", "alice", images["alice1"], images["alice2"])

@@ -211,6 +211,7 @@ def test_missing_or_stale_index_files_are_rebuilt(make_memory, face_probe, tmp_p
     assert (tmp_path / "rebuild.db.index" / f"owner-{alice.id}.json").read_text() != stamp
 
 
+@pytest.mark.slow
 def test_exact_and_hnsw_partitions_give_identical_top_k(make_memory, face_probe, text_encoder):
     texts = [f"Note {i}: I talked about {w} with my {p}" for i, (w, p) in enumerate(
         (w, p) for w in ("cooking", "music", "travel", "running", "painting", "books", "movies", "gardening")
@@ -227,6 +228,7 @@ def test_exact_and_hnsw_partitions_give_identical_top_k(make_memory, face_probe,
         assert a == b and len(a) == 10
 
 
+@pytest.mark.slow
 def test_gate_equals_the_papers_per_note_indicator(make_memory, face_probe):
     """Template-level gating (U comparisons) admits exactly the notes the paper's rule admits."""
     mem = make_memory(policy="all")
@@ -258,6 +260,7 @@ def test_policy_best_admits_one_identity_and_all_admits_every_match(make_memory,
     assert set(mem.identify(face_probe(BOB, 1), policy="all").admitted) == {a.id, b.id}
 
 
+@pytest.mark.slow
 def test_eight_threads_adding_and_searching_lose_nothing(make_memory, face_probe):
     mem = make_memory("threads.db")
     people = [mem.enroll(f"p{p}", [face_probe(p, 0)]) for p in range(4)]
