@@ -18,6 +18,7 @@ from .errors import InvalidInputError, ModalityMismatchError
 from .store import Store
 
 POLICIES = ("best", "all")
+FUSIONS = ("all", "any", "sum")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class GateResult:
     modality: str
     policy: str = "best"
     labels: dict[int, str] = field(default_factory=dict)
+    fusion: str | None = None  # how several modalities were combined, None for one
+    components: list[GateResult] = field(default_factory=list)  # the per-modality decisions
 
     @property
     def matched(self) -> bool:
@@ -58,9 +61,45 @@ class GateResult:
         return {int(i): float(s) for i, s in zip(self.identity_ids, self.best_scores)}
 
     def as_dict(self) -> dict[str, Any]:
-        return {"identity": self.identity, "label": self.labels.get(self.identity) if self.identity else None,
+        data = {"identity": self.identity,
+                "label": self.labels.get(self.identity) if self.identity else None,
                 "admitted": self.admitted, "scores": self.scores, "threshold": self.threshold,
                 "modality": self.modality, "policy": self.policy}
+        if self.fusion:
+            data["fusion"] = self.fusion
+            data["components"] = [c.as_dict() for c in self.components]
+        return data
+
+
+def _admit(ids: np.ndarray, scores: np.ndarray, threshold: float, policy: str) -> list[int]:
+    if policy not in POLICIES:
+        raise InvalidInputError(f"gate policy must be one of {POLICIES}, got {policy!r}")
+    above = np.flatnonzero(scores >= threshold)
+    above = above[np.argsort(-scores[above], kind="stable")]
+    return [int(ids[i]) for i in (above[:1] if policy == "best" else above)]
+
+
+def fuse(results: list[GateResult], fusion: str = "all", policy: str = "best") -> GateResult:
+    """Combine per-modality decisions through each identity's margins s_m - τ_m.
+
+    "all": every given modality must match (min margin >= 0); "any": one suffices (max
+    margin); "sum": the summed margins must be >= 0. An identity with no template of a
+    given modality has margin -inf there. The fused result's scores are the fused margins
+    and its threshold is 0.
+    """
+    if fusion not in FUSIONS:
+        raise InvalidInputError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+    ids = np.unique(np.concatenate([r.identity_ids for r in results])).astype(np.int64)
+    margins = np.full((len(results), len(ids)), -np.inf, dtype=np.float64)
+    for row, result in zip(margins, results):
+        row[np.searchsorted(ids, result.identity_ids)] = result.best_scores - result.threshold
+    combine = {"all": np.min, "any": np.max, "sum": np.sum}[fusion]
+    fused = combine(margins, axis=0) if len(ids) else np.zeros(0)
+    admitted = _admit(ids, fused, 0.0, policy)
+    return GateResult(identity=admitted[0] if admitted else None, admitted=admitted,
+                      identity_ids=ids, best_scores=fused, threshold=0.0,
+                      modality="+".join(r.modality for r in results), policy=policy,
+                      fusion=fusion, components=results)
 
 
 class Gate:
@@ -96,12 +135,8 @@ class Gate:
 
     def decide(self, probe: Probe, threshold: float, policy: str = "best") -> GateResult:
         """Admit the best identity at or above τ ("best"), or every such identity ("all")."""
-        if policy not in POLICIES:
-            raise InvalidInputError(f"gate policy must be one of {POLICIES}, got {policy!r}")
         ids, best = self.scores(probe)
-        above = np.flatnonzero(best >= threshold)
-        above = above[np.argsort(-best[above], kind="stable")]
-        admitted = [int(ids[i]) for i in (above[:1] if policy == "best" else above)]
+        admitted = _admit(ids, best, threshold, policy)
         return GateResult(identity=admitted[0] if admitted else None, admitted=admitted,
                           identity_ids=ids, best_scores=best, threshold=threshold,
                           modality=probe.modality, policy=policy)

@@ -22,7 +22,7 @@ import modalities
 
 from .agent import MemoryAgent
 from .errors import InvalidInputError, ModalityMismatchError, StoreCorruptError, UnknownIdentityError
-from .gate import POLICIES, Gate, GateResult, Probe
+from .gate import FUSIONS, POLICIES, Gate, GateResult, Probe, fuse
 from .llm import LLM, answer_prompt, make_llm
 from .partitions import Partitions
 from .store import Identity, Note, Store
@@ -85,14 +85,20 @@ class BioMemory:
     text_model: sentence encoder (default all-MiniLM-L6-v2, offline first).
     llm: "offline" (default), "openai:<model>", "hf:<model-id>" or an LLM instance.
     policy: "best" admits only the best-matching identity; "all" every identity at or above τ.
+    fusion: how a probe carrying several modalities is judged: "all" must match (default),
+        "any" suffices, or "sum" of the margins above each τ.
     """
 
     def __init__(self, path: str | os.PathLike = "biomem.db", *,
                  encoder: str | modalities.Encoder | None = None,
                  text_model: str | TextEncoder | None = None, llm: str | LLM | None = None,
-                 policy: str = "best", k: int = 10, hnsw_threshold: int = 20_000) -> None:
+                 policy: str = "best", fusion: str = "all", k: int = 10,
+                 hnsw_threshold: int = 20_000) -> None:
         if policy not in POLICIES:
             raise InvalidInputError(f"policy must be one of {POLICIES}, got {policy!r}")
+        if fusion not in FUSIONS:
+            raise InvalidInputError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+        self.fusion = fusion
         self.path = Path(path)
         self.store = Store(self.path)
         self.text = text_model if isinstance(text_model, TextEncoder) else TextEncoder(text_model)
@@ -161,14 +167,35 @@ class BioMemory:
             raise InvalidInputError(f"τ is a cosine and must lie in [-1, 1], got {tau}")
         self.store.set_threshold(modality or self.modality, float(tau), source)
 
-    def identify(self, probe: Any, *, policy: str | None = None) -> GateResult:
-        """Run the gate: which identities may this requester's notes come from."""
-        p = self.probe(probe)
+    def probes(self, probe: Any) -> list[Probe]:
+        """One or more Probes from a sample, a Probe, a list of them, or {modality: sample}."""
+        if isinstance(probe, dict):
+            probes = [self.probe(sample, modality) for modality, sample in probe.items()]
+        elif isinstance(probe, (list, tuple)):
+            probes = [self.probe(sample) for sample in probe]
+        else:
+            probes = [self.probe(probe)]
+        if not probes:
+            raise InvalidInputError("a probe is needed")
+        return probes
+
+    def identify(self, probe: Any, *, policy: str | None = None, fusion: str | None = None) -> GateResult:
+        """Run the gate: which identities may this requester's notes come from.
+
+        A probe of several modalities (a list, or {modality: sample}) is fused (`fusion`).
+        """
+        policy = policy or self.policy
+        probes = self.probes(probe)
         enrolled = self.store.modalities()
-        if enrolled and p.modality not in enrolled:
-            raise ModalityMismatchError(
-                f"no {p.modality!r} templates in this store; enrolled modalities: {', '.join(enrolled)}")
-        result = self.gate.decide(p, self.threshold(p.modality), policy or self.policy)
+        for p in probes:
+            if enrolled and p.modality not in enrolled:
+                raise ModalityMismatchError(f"no {p.modality!r} templates in this store; "
+                                            f"enrolled modalities: {', '.join(enrolled)}")
+        if len(probes) == 1:
+            result = self.gate.decide(probes[0], self.threshold(probes[0].modality), policy)
+        else:
+            parts = [self.gate.decide(p, self.threshold(p.modality), "all") for p in probes]
+            result = fuse(parts, fusion or self.fusion, policy)
         result.labels = {i: self.store.identity(i).label for i in result.admitted}
         return result
 

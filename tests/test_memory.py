@@ -344,3 +344,38 @@ def test_timestamps_in_iso_and_locomo_form(raw, iso):
     from biomem.timeparse import parse_timestamp
 
     assert parse_timestamp(raw) == iso
+
+
+def test_multimodal_probes_fuse_per_policy(make_memory, face_probe):
+    mem = make_memory()
+    rng = np.random.default_rng(3)
+    palm = {name: rng.normal(size=64) for name in ("alice", "other")}
+    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
+    bob = mem.enroll("bob", [face_probe(BOB, 0)])  # face only
+    mem.add_templates(alice.id, [Probe(palm["alice"], "palm-test")])
+    mem.set_threshold(0.8, "palm-test")
+    mem.add("Alice's gym locker is 42", identity=alice.id)
+
+    def gate(face, palm_vector, fusion):
+        return mem.identify({"face-dlib": face, "palm-test": Probe(palm_vector, "palm-test")}, fusion=fusion)
+
+    both = gate(face_probe(ALICE, 2), palm["alice"] + 0.05 * rng.normal(size=64), "all")
+    assert both.identity == alice.id and both.fusion == "all"
+    assert [c.modality for c in both.components] == ["face-dlib", "palm-test"]
+    assert both.as_dict()["components"][1]["identity"] == alice.id
+
+    wrong_palm = gate(face_probe(ALICE, 2), palm["other"], "all")
+    assert wrong_palm.identity is None
+    assert gate(face_probe(ALICE, 2), palm["other"], "any").identity == alice.id
+    # Bob has no palm template: "all" cannot admit him, "any" can through his face.
+    assert gate(face_probe(BOB, 2), palm["other"], "all").identity is None
+    assert gate(face_probe(BOB, 2), palm["other"], "any").identity == bob.id
+    # "sum": a strong face margin cannot carry a palm that misses by far more.
+    summed = gate(face_probe(ALICE, 2), palm["other"], "sum")
+    face_margin = summed.components[0].scores[alice.id] - summed.components[0].threshold
+    palm_margin = summed.components[1].scores[alice.id] - summed.components[1].threshold
+    assert summed.scores[alice.id] == pytest.approx(face_margin + palm_margin)
+    assert (summed.identity == alice.id) == (face_margin + palm_margin >= 0)
+    fused_search = mem.search("locker", probe={"face-dlib": face_probe(ALICE, 2),
+                                               "palm-test": Probe(palm["alice"], "palm-test")})
+    assert [n.content for n, _ in fused_search.notes] == ["Alice's gym locker is 42"]
