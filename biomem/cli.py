@@ -65,6 +65,25 @@ def cmd_stats(args: argparse.Namespace) -> None:
         _print_json(mem.stats())
 
 
+def cmd_calibrate(args: argparse.Namespace) -> None:
+    from .calibrate import calibrate_folder, save
+
+    report = calibrate_folder(args.modality, args.data, pairs=args.pairs, fmr=args.fmr)
+    print(report.table())
+    if args.plot:
+        print(f"histograms: {report.plot(args.plot)}")
+    if args.save:
+        with _memory(args) as mem:
+            tau = save(report, mem, which=args.save)
+            print(f"saved τ = {tau:.4f} ({args.save}) for {args.modality} in {args.db}")
+
+
+def cmd_encoders(args: argparse.Namespace) -> None:
+    import modalities
+
+    _print_json([info.as_dict() for info in modalities.available()])
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
 
@@ -107,6 +126,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_forget)
 
     sub.add_parser("stats", help="counts, identities, thresholds").set_defaults(func=cmd_stats)
+    sub.add_parser("encoders", help="the biometric encoders the registry knows, as JSON") \
+        .set_defaults(func=cmd_encoders)
+
+    p = sub.add_parser("calibrate", help="genuine/impostor scores of an encoder on your data; τ, EER")
+    p.add_argument("--modality", required=True, help="encoder name, e.g. face-dlib")
+    p.add_argument("--data", required=True, help="identity-per-folder image set (or the root of --pairs)")
+    p.add_argument("--pairs", default=None, help="pairs file: 'path_a path_b 1|0' per line")
+    p.add_argument("--fmr", type=float, default=1e-3, help="target false-match rate")
+    p.add_argument("--plot", default=None, help="write the score histograms to this PNG")
+    p.add_argument("--save", choices=["intersection", "fmr"], default=None,
+                   help="store τ by this rule for the modality in --db")
+    p.set_defaults(func=cmd_calibrate)
     sub.add_parser("demo", help="enrol sample faces, add memories, ask as owner and stranger") \
         .set_defaults(func=cmd_demo)
     return parser

@@ -73,3 +73,20 @@ def test_console_script_is_installed():
     help_text = subprocess.run([exe, "--help"], capture_output=True, text=True, check=True).stdout
     for command in ("enroll", "add", "ask", "search", "forget", "stats", "demo"):
         assert command in help_text
+
+
+def test_calibrate_prints_tau_plots_and_saves_it(tmp_path, capture, capsys):
+    data = tmp_path / "faces"
+    for person in range(3):
+        folder = data / f"person{person}"
+        folder.mkdir(parents=True)
+        for n in range(3):
+            Image.fromarray(capture(person, n)).save(folder / f"{n}.png")
+    db = ["--db", str(tmp_path / "cal.db")]
+    code, out, _ = run(capsys, *db, "calibrate", "--modality", "face-dlib", "--data", str(data),
+                       "--plot", str(tmp_path / "hist.png"), "--save", "intersection")
+    assert code == 0 and "EER" in out and "saved τ" in out
+    assert (tmp_path / "hist.png").stat().st_size > 1000
+    stats = json.loads(run(capsys, *db, "stats")[1])
+    tau = stats["modalities"]["face-dlib"]
+    assert tau != 0.95 and 0.85 < tau < 1.0  # calibrated, not the encoder's default
