@@ -1,4 +1,11 @@
-"""Bio-Memory: agentic memory for shared LLM agents, gated by the requester's biometrics."""
+"""Bio-Memory: agentic memory for shared LLM agents, gated by the requester's biometrics.
+
+The engine's classes load on first use (PEP 562), so `import biomem.errors` from an
+encoder module stays cheap and never imports the text stack.
+"""
+
+from importlib import import_module
+from typing import Any
 
 from .errors import (
     BioMemError,
@@ -14,15 +21,25 @@ from .errors import (
     StoreCorruptError,
     UnknownIdentityError,
 )
-from .gate import GateResult, Probe
-from .memory import Answer, BioMemory, SearchResult
-from .store import Identity, Note
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "Answer": ".memory", "BioMemory": ".memory", "SearchResult": ".memory",
+    "GateResult": ".gate", "Probe": ".gate",
+    "Identity": ".store", "Note": ".store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module 'biomem' has no attribute {name!r}")
+
 
 __all__ = [
     "Answer", "BioMemError", "BioMemory", "GateResult", "Identity", "InvalidImageError",
     "InvalidInputError", "LLMError", "ModalityMismatchError", "ModelUnavailableError",
-    "MultipleFacesError", "NoFaceError", "NoPalmError", "Note", "NoteNotFoundError", "Probe", "SearchResult",
-    "StoreCorruptError", "UnknownIdentityError", "__version__",
+    "MultipleFacesError", "NoFaceError", "NoPalmError", "Note", "NoteNotFoundError", "Probe",
+    "SearchResult", "StoreCorruptError", "UnknownIdentityError", "__version__",
 ]

@@ -1,0 +1,210 @@
+"""ArcFace face encoders on insightface's ONNX model packs: buffalo_l (`face-arcface`) and buffalo_s
+(`face-arcface-s`), run through insightface's own model_zoo classes.
+
+Pipeline: load_image (RGB) -> BGR, as insightface expects -> SCRFD detector at 640x640 ->
+exactly one face or refuse -> its 5 keypoints -> norm_crop to the 112x112 ArcFace template ->
+recogniser -> 512-d, L2-normalised.
+
+Weights come from the Hugging Face Hub (the files of insightface's v0.7 release packs, pinned
+by sha256), a `local-dir:` folder such as ~/.insightface/models/buffalo_l, or by-name files in
+weights/. They are for non-commercial research only.
+
+Importing insightface takes about 5 s: its package __init__ pulls albumentations, and through
+it torch. It happens when an encoder is created, never when this module is imported.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from biomem.errors import InvalidInputError, ModelUnavailableError, MultipleFacesError, NoFaceError
+
+from .base import Encoder, EncoderInfo, l2_normalise
+from .images import load_image
+from .weights import resolve
+
+DET_SIZE = (640, 640)  # SCRFD input (width, height); the image is letterboxed into it
+EMBEDDING_DIM = 512
+LICENSE = "non-commercial research only (insightface model zoo)"
+BUFFALO_L_SOURCE = "hf-hub:public-data/insightface/models/buffalo_l"
+BUFFALO_S_SOURCE = "hf-hub:deepghs/insightface/buffalo_s"
+
+Box = tuple[int, int, int, int]  # (left, top, right, bottom) in the input image's pixels
+
+
+@dataclass(frozen=True)
+class Pack:
+    """The two files of an insightface model pack that an encoder uses, and their pinned sha256."""
+
+    detector: str
+    recogniser: str
+    sha256: Mapping[str, str]
+
+
+# sha256 of the files in insightface's v0.7 buffalo_l.zip / buffalo_s.zip, as mirrored on the Hub.
+PACKS: dict[str, Pack] = {
+    "buffalo_l": Pack("det_10g.onnx", "w600k_r50.onnx", {
+        "det_10g.onnx": "5838f7fe053675b1c7a08b633df49e7af5495cee0493c7dcf6697200b85b5b91",
+        "w600k_r50.onnx": "4c06341c33c2ca1f86781dab0e829f88ad5b64be9fba56e56bc9ebdefc619e43",
+    }),
+    "buffalo_s": Pack("det_500m.onnx", "w600k_mbf.onnx", {
+        "det_500m.onnx": "5e4447f50245bbd7966bd6c0fa52938c61474a04ec7def48753668a9d8b4ea3a",
+        "w600k_mbf.onnx": "9cc6e4a75f0e2bf0b1aed94578f144d15175f357bdc05e815e5c4a02b319eb4f",
+    }),
+}
+
+_THRESHOLD_SOURCE = (
+    "insightface verification practice, uncalibrated here (no real weights offline): insightface's "
+    "deploy/test.py accepts a squared L2 distance under 1.24 between unit embeddings (cosine 0.38; "
+    "set for its older r34 model), and ArcFace users commonly pick cosine 0.3-0.4. Calibrate on enrolments"
+)
+
+
+class ArcFaceEncoder(Encoder):
+    """Face encoder on insightface's buffalo_l pack (SCRFD-10GF + ArcFace ResNet-50, WebFace600K); thread-safe."""
+
+    info = EncoderInfo(
+        name="face-arcface",
+        kind="face",
+        dim=EMBEDDING_DIM,
+        default_threshold=0.38,
+        threshold_source=_THRESHOLD_SOURCE,
+        weights=BUFFALO_L_SOURCE,
+        license=LICENSE,
+        description=(
+            "insightface buffalo_l: SCRFD-10GF detector (det_10g.onnx) + 5-point alignment + ArcFace "
+            "ResNet-50 trained on WebFace600K (w600k_r50.onnx); refuses images with no face or several faces"
+        ),
+    )
+    recogniser_file = "w600k_r50.onnx"  # the model whose embedding space `info.name` stands for
+
+    def __init__(
+        self,
+        weights: str = BUFFALO_L_SOURCE,
+        *,
+        pack: str = "buffalo_l",
+        det_thresh: float = 0.5,
+        providers: Sequence[str] = ("CPUExecutionProvider",),
+        cache_dir: str | os.PathLike | None = None,
+    ) -> None:
+        """Resolve the pack's detector and recogniser from `weights` and load them with onnxruntime."""
+        files = _pack(pack, self.recogniser_file, self.info.name)
+        try:
+            paths = [resolve(weights, name, sha256=files.sha256.get(name), cache_dir=cache_dir)
+                     for name in (files.detector, files.recogniser)]
+        except ModelUnavailableError as exc:
+            raise ModelUnavailableError(
+                f"{self.info.name} needs {files.detector} and {files.recogniser} of insightface's {pack} pack, "
+                f"whose weights are for non-commercial research only: {exc}") from exc
+        scrfd_cls, arcface_cls, self._norm_crop = _insightface()
+        self._detector = scrfd_cls(model_file=str(paths[0]), session=_session(paths[0], providers))
+        if not self._detector.use_kps:
+            raise ModelUnavailableError(f"{paths[0]} is not an SCRFD detector with 5 keypoints (9 or 15 outputs)")
+        # ctx_id 0 keeps the providers given above; -1 would reset them to CPU.
+        self._detector.prepare(0, input_size=DET_SIZE, det_thresh=det_thresh)
+        session = _session(paths[1], providers)
+        outputs = session.get_outputs()
+        if session.get_inputs()[0].shape[1:] != [3, 112, 112] or [o.shape[-1] for o in outputs] != [EMBEDDING_DIM]:
+            raise ModelUnavailableError(f"{paths[1]} is not an ArcFace recogniser (input Nx3x112x112, one "
+                                        f"output Nx{EMBEDDING_DIM})")
+        self._recogniser = arcface_cls(model_file=str(paths[1]), session=session)
+        self.weights = weights
+        self.pack = pack
+        self.det_thresh = det_thresh
+        self.paths = tuple(paths)
+        # insightface's detector keeps a mutable anchor cache: one call at a time per instance.
+        self._lock = threading.Lock()
+
+    def encode(self, image: Any) -> np.ndarray:
+        """Embed the single face in `image`; NoFaceError or MultipleFacesError otherwise."""
+        bgr = _bgr(image)
+        with self._lock:
+            boxes, keypoints = self._detector.detect(bgr)
+            if len(boxes) == 0:
+                raise NoFaceError("no face found in the image: face the camera in good light")
+            if len(boxes) > 1:
+                raise MultipleFacesError(f"{len(boxes)} faces found in the image; exactly one person must be in view")
+            crop = self._norm_crop(bgr, landmark=keypoints[0], image_size=112)
+            embedding = self._recogniser.get_feat(crop)
+        return l2_normalise(embedding)
+
+    def detect(self, image: Any) -> list[Box]:
+        """Boxes of every face found, in the input image's pixel coordinates."""
+        bgr = _bgr(image)
+        with self._lock:
+            boxes, _ = self._detector.detect(bgr)
+        return [tuple(int(round(v)) for v in box[:4]) for box in boxes]
+
+
+class ArcFaceSmallEncoder(ArcFaceEncoder):
+    """Face encoder on insightface's buffalo_s pack (SCRFD-500MF + MobileFaceNet, WebFace600K); thread-safe."""
+
+    info = EncoderInfo(
+        name="face-arcface-s",
+        kind="face",
+        dim=EMBEDDING_DIM,
+        default_threshold=0.38,
+        threshold_source=_THRESHOLD_SOURCE,
+        weights=BUFFALO_S_SOURCE,
+        license=LICENSE,
+        description=(
+            "insightface buffalo_s: SCRFD-500MF detector (det_500m.onnx) + 5-point alignment + ArcFace "
+            "MobileFaceNet trained on WebFace600K (w600k_mbf.onnx, 13 MB); refuses images with no face or "
+            "several faces"
+        ),
+    )
+    recogniser_file = "w600k_mbf.onnx"
+
+    def __init__(self, weights: str = BUFFALO_S_SOURCE, *, pack: str = "buffalo_s", **kwargs: Any) -> None:
+        """As ArcFaceEncoder, with buffalo_s's files."""
+        super().__init__(weights, pack=pack, **kwargs)
+
+
+def _pack(pack: str, recogniser_file: str, encoder: str) -> Pack:
+    """The files of `pack`, refused unless its recogniser is the one `encoder` embeds with."""
+    if pack not in PACKS:
+        raise InvalidInputError(f"unknown insightface pack {pack!r}; known: {', '.join(PACKS)}")
+    if PACKS[pack].recogniser != recogniser_file:
+        raise InvalidInputError(f"pack {pack!r} recognises with {PACKS[pack].recogniser}, but {encoder} "
+                                f"templates come from {recogniser_file}: use the encoder made for {pack}")
+    return PACKS[pack]
+
+
+def _bgr(image: Any) -> np.ndarray:
+    """`image` decoded by load_image (RGB), as the contiguous BGR array insightface's models expect."""
+    return np.ascontiguousarray(load_image(image)[:, :, ::-1])
+
+
+def _insightface() -> tuple[Any, Any, Any]:
+    """insightface's SCRFD, ArcFaceONNX and norm_crop, imported on first use because the import is slow."""
+    # Importing insightface imports albumentations, which otherwise asks PyPI for a newer version.
+    os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+    try:
+        from insightface.model_zoo import SCRFD, ArcFaceONNX
+        from insightface.utils.face_align import norm_crop
+    except ImportError as exc:
+        raise ModelUnavailableError(
+            f"face-arcface needs insightface and onnxruntime: pip install insightface==0.7.3 onnxruntime ({exc})"
+        ) from exc
+    # insightface 0.7.3 calls SimilarityTransform.estimate, which scikit-image >= 0.26 deprecates.
+    warnings.filterwarnings("ignore", message="`estimate` is deprecated", category=FutureWarning,
+                            module=r"insightface\.utils\.face_align")
+    return SCRFD, ArcFaceONNX, norm_crop
+
+
+def _session(path: Path, providers: Sequence[str]) -> Any:
+    """An onnxruntime session on `path`, or ModelUnavailableError when the file is not a loadable model."""
+    import onnxruntime
+
+    try:
+        return onnxruntime.InferenceSession(str(path), providers=list(providers))
+    except Exception as exc:  # onnxruntime's errors (InvalidProtobuf, Fail, ...) derive from Exception only
+        raise ModelUnavailableError(f"{path} is not an ONNX model onnxruntime can load: {exc}") from exc

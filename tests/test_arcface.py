@@ -1,0 +1,248 @@
+"""The ArcFace encoders' whole loading and encoding path, offline, on tiny ONNX stand-ins.
+
+The real buffalo_l / buffalo_s weights cannot be downloaded here: tests/onnx_models.py builds
+models with the same inputs and outputs, and they are loaded the way real ones would be, from a
+hand-made Hugging Face cache or a local-dir: folder, through insightface's own classes.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from PIL import Image
+
+import modalities
+from biomem.errors import (
+    InvalidImageError,
+    InvalidInputError,
+    ModelUnavailableError,
+    MultipleFacesError,
+    NoFaceError,
+)
+from modalities import arcface
+from modalities.arcface import ArcFaceEncoder, ArcFaceSmallEncoder
+from tests.onnx_models import detector_model, face_box, recogniser_model
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+ONE_FACE = [(10, 10)]  # stride-32 cell of the detector's 640x640 input: a face centred in the image
+TWO_FACES = [(5, 10), (15, 10)]
+PINNED = arcface.PACKS
+UNPINNED = {name: replace(pack, sha256={}) for name, pack in PINNED.items()}  # fakes never match the pins
+
+# insightface 0.7.3's norm_crop calls a scikit-image API deprecated in 0.26; the encoder silences it
+# process-wide, but pytest resets warning filters around every test.
+pytestmark = pytest.mark.filterwarnings("ignore:`estimate` is deprecated:FutureWarning")
+
+
+def write_pack(folder: Path, pack: str = "buffalo_l", cells=ONE_FACE, **detector_options) -> Path:
+    """`folder` holding a fake detector and recogniser under `pack`'s file names."""
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(detector_model(cells, **detector_options), folder / PINNED[pack].detector)
+    onnx.save(recogniser_model(), folder / PINNED[pack].recogniser)
+    return folder
+
+
+def hub_cache(root: Path, repo: str = "public-data/insightface", folder: str = "models/buffalo_l",
+              pack: str = "buffalo_l") -> Path:
+    """A Hugging Face cache laid out by hand, as hf_hub_download leaves it: refs/main + snapshots/<commit>/."""
+    repo_dir = root / f"models--{repo.replace('/', '--')}"
+    write_pack(repo_dir / "snapshots" / COMMIT / folder, pack)
+    (repo_dir / "refs").mkdir()
+    (repo_dir / "refs" / "main").write_text(COMMIT)
+    return root
+
+
+def png_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.fixture(autouse=True)
+def offline_and_unpinned(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("BIOMEM_WEIGHTS", str(tmp_path / "no-weights"))  # ./weights must not shadow the fakes
+    monkeypatch.setattr(arcface, "PACKS", UNPINNED)
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory) -> ArcFaceEncoder:
+    """face-arcface with its default source, read offline from a hand-made Hub cache."""
+    root = tmp_path_factory.mktemp("arcface")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BIOMEM_WEIGHTS", str(root / "no-weights"))
+        patch.setattr(arcface, "PACKS", UNPINNED)
+        return ArcFaceEncoder(cache_dir=hub_cache(root / "hub"))
+
+
+def test_info_states_model_threshold_source_and_licence():
+    large, small = modalities.info("face-arcface"), modalities.info("face-arcface-s")
+    assert (large.kind, large.dim, small.kind, small.dim) == ("face", 512, "face", 512)
+    assert large.weights == "hf-hub:public-data/insightface/models/buffalo_l"
+    assert small.weights == "hf-hub:deepghs/insightface/buffalo_s"
+    for info in (large, small):
+        assert 0.3 <= info.default_threshold <= 0.4
+        assert "uncalibrated" in info.threshold_source
+        assert info.license == "non-commercial research only (insightface model zoo)"
+
+
+def test_default_source_loads_offline_from_the_hub_cache(encoder):
+    detector, recogniser = encoder.paths
+    assert (detector.name, recogniser.name) == ("det_10g.onnx", "w600k_r50.onnx")
+    assert f"snapshots/{COMMIT}/models/buffalo_l" in detector.as_posix()
+
+
+def test_embedding_is_512d_unit_norm_float32_and_deterministic(encoder, faces):
+    first = encoder.encode(faces[0])
+    assert first.shape == (512,) and first.dtype == np.float32
+    assert np.isclose(np.linalg.norm(first), 1.0, atol=1e-6)
+    assert np.array_equal(first, encoder.encode(faces[0].copy()))
+    assert np.allclose(first, encoder.encode(png_bytes(faces[0])), atol=1e-6)
+
+
+def test_different_faces_give_different_embeddings(encoder, faces):
+    embeddings = np.stack([encoder.encode(face) for face in faces])
+    cosines = embeddings @ embeddings.T
+    assert cosines[~np.eye(len(faces), dtype=bool)].max() < 0.9
+
+
+def test_recogniser_sees_the_face_aligned_in_rgb_scaled_by_127_5(encoder, faces):
+    # The fake detector's keypoints are the ArcFace template stretched over its box, so the aligned
+    # crop is that box (detector pixels / 2.5 for a 256 px image) resized to 112x112.
+    box = tuple(v * 256 / 640 for v in face_box(ONE_FACE[0], half=4.0))
+    session = onnxruntime.InferenceSession(str(encoder.paths[1]), providers=["CPUExecutionProvider"])
+
+    def reference(rgb: np.ndarray) -> np.ndarray:
+        crop = np.asarray(Image.fromarray(rgb).resize((112, 112), Image.Resampling.BILINEAR, box=box), np.float32)
+        blob = ((crop - 127.5) / 127.5).transpose(2, 0, 1)[None]
+        return modalities.l2_normalise(session.run(None, {"input.1": blob})[0])
+
+    face = faces[0]
+    embedding = encoder.encode(face)
+    assert embedding @ reference(face) > 0.995
+    assert embedding @ reference(face[:, :, ::-1]) < embedding @ reference(face) - 0.01  # channel order matters
+
+
+@pytest.mark.parametrize(("height", "width", "box"), [
+    (256, 256, (77, 77, 179, 179)),  # 640 / 256 = 2.5
+    (512, 512, (154, 154, 358, 358)),  # 1.25
+    (400, 256, (120, 120, 280, 280)),  # letterboxed by height: 640 / 400 = 1.6
+])
+def test_detect_maps_boxes_back_to_image_pixels(encoder, height, width, box):
+    assert encoder.detect(np.full((height, width, 3), 128, np.uint8)) == [box]
+
+
+@pytest.mark.parametrize(("cells", "error"), [([], NoFaceError), (TWO_FACES, MultipleFacesError)])
+def test_refuses_images_without_exactly_one_face(tmp_path, faces, cells, error):
+    refusing = ArcFaceEncoder(f"local-dir:{write_pack(tmp_path / 'buffalo_l', cells=cells)}")
+    assert len(refusing.detect(faces[0])) == len(cells)
+    with pytest.raises(error):
+        refusing.encode(faces[0])
+
+
+def test_local_dir_via_registry_matches_the_hub_cache(encoder, tmp_path, faces):
+    local = modalities.create("face-arcface", weights=f"local-dir:{write_pack(tmp_path / 'buffalo_l')}")
+    assert np.allclose(local.encode(faces[1]), encoder.encode(faces[1]), atol=1e-6)
+
+
+def test_batched_detector_outputs_decode_the_same(encoder, tmp_path, faces):
+    batched = ArcFaceEncoder(f"local-dir:{write_pack(tmp_path / 'buffalo_l', batched=True)}")
+    assert np.allclose(batched.encode(faces[2]), encoder.encode(faces[2]), atol=1e-6)
+
+
+def test_det_thresh_drops_weaker_detections(tmp_path, faces):
+    source = f"local-dir:{write_pack(tmp_path / 'buffalo_l', score=0.6)}"
+    assert ArcFaceEncoder(source, det_thresh=0.5).encode(faces[0]).shape == (512,)
+    with pytest.raises(NoFaceError):
+        ArcFaceEncoder(source, det_thresh=0.7).encode(faces[0])
+
+
+def test_small_encoder_loads_buffalo_s_from_its_hub_cache(tmp_path, faces):
+    cache = hub_cache(tmp_path / "hub", "deepghs/insightface", "buffalo_s", "buffalo_s")
+    small = modalities.create("face-arcface-s", cache_dir=cache)
+    assert isinstance(small, ArcFaceSmallEncoder) and small.name == "face-arcface-s"
+    assert [p.name for p in small.paths] == ["det_500m.onnx", "w600k_mbf.onnx"]
+    assert small.encode(faces[0]).shape == (512,)
+
+
+def test_missing_file_says_which_file_from_where_and_how_to_place_it(tmp_path):
+    cache = hub_cache(tmp_path / "hub")
+    next(cache.rglob("w600k_r50.onnx")).unlink()
+    with pytest.raises(ModelUnavailableError) as caught:
+        ArcFaceEncoder(cache_dir=cache)
+    message = str(caught.value)
+    for needed in ("w600k_r50.onnx", "public-data/insightface", "Place it by hand", "no-weights", "local-dir:"):
+        assert needed in message
+
+
+def test_pinned_sha256_refuses_files_that_are_not_the_release(monkeypatch, tmp_path):
+    monkeypatch.setattr(arcface, "PACKS", PINNED)
+    with pytest.raises(ModelUnavailableError, match="sha256"):
+        ArcFaceEncoder(f"local-dir:{write_pack(tmp_path / 'buffalo_l')}")
+
+
+@pytest.mark.parametrize("recogniser_bytes", [b"not an onnx model", detector_model(ONE_FACE).SerializeToString()])
+def test_a_file_that_is_not_an_arcface_recogniser_is_refused(tmp_path, recogniser_bytes):
+    folder = write_pack(tmp_path / "buffalo_l")
+    (folder / "w600k_r50.onnx").write_bytes(recogniser_bytes)
+    with pytest.raises(ModelUnavailableError, match="w600k_r50.onnx"):
+        ArcFaceEncoder(f"local-dir:{folder}")
+
+
+def test_packs_of_another_recogniser_or_unknown_are_refused(tmp_path):
+    with pytest.raises(InvalidInputError, match="w600k_mbf.onnx"):
+        ArcFaceEncoder(f"local-dir:{tmp_path}", pack="buffalo_s")
+    with pytest.raises(InvalidInputError, match="unknown"):
+        ArcFaceEncoder(f"local-dir:{tmp_path}", pack="antelopev2")
+
+
+@pytest.mark.parametrize("not_an_image", [b"not an image at all", "missing.jpg", np.zeros((8, 8, 3), np.uint8)])
+def test_not_an_image_is_invalid_image_error(encoder, not_an_image):
+    with pytest.raises(InvalidImageError):
+        encoder.encode(not_an_image)
+
+
+def test_concurrent_encodes_match_serial_ones(encoder, faces):
+    images = faces * 2
+    serial = [encoder.encode(image) for image in images]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        parallel = list(pool.map(encoder.encode, images))
+    assert all(np.array_equal(a, b) for a, b in zip(serial, parallel))
+
+
+def test_fresh_process_lists_info_without_onnxruntime_and_loads_without_network(tmp_path):
+    folder = write_pack(tmp_path / "buffalo_l")
+    code = (
+        "import socket, sys\n"
+        "attempts = []\n"
+        "def refuse(sock, address, *rest):\n"
+        "    attempts.append(address)\n"
+        "    raise OSError('network disabled by the test')\n"
+        "socket.socket.connect = socket.socket.connect_ex = refuse\n"
+        "import modalities\n"
+        "names = modalities.info('face-arcface').name, modalities.info('face-arcface-s').name\n"
+        "assert 'onnxruntime' not in sys.modules and 'insightface' not in sys.modules\n"
+        "from dataclasses import replace\n"
+        "import numpy as np\n"
+        "from modalities import arcface\n"
+        "arcface.PACKS = {k: replace(p, sha256={}) for k, p in arcface.PACKS.items()}\n"
+        f"arcface.ArcFaceEncoder('local-dir:{folder}').encode(np.full((256, 256, 3), 128, np.uint8))\n"
+        "assert not attempts, attempts\n"
+        "print(*names)\n"
+    )
+    # A fresh interpreter, where insightface (and albumentations' PyPI update check) is first imported.
+    env = {k: v for k, v in os.environ.items() if k != "NO_ALBUMENTATIONS_UPDATE"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["face-arcface", "face-arcface-s"]
