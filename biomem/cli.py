@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import BioMemError
+from .eval import add_eval_parser
 
 
 def _memory(args: argparse.Namespace):  # noqa: ANN202 - BioMemory, imported lazily (torch is slow)
@@ -140,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_calibrate)
     sub.add_parser("demo", help="enrol sample faces, add memories, ask as owner and stranger") \
         .set_defaults(func=cmd_demo)
+    add_eval_parser(sub)
     return parser
 
 

@@ -1,0 +1,80 @@
+"""Evaluation of Bio-Memory on LoCoMo under the biometric gate: `biomem eval locomo`.
+
+The command line is built here and imports nothing heavy (nltk alone takes seconds to
+import): `biomem.cli` can add it to every `biomem` invocation at no cost. The protocol
+itself lives in `biomem.eval.locomo` and loads when a benchmark runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def default_cache_dir() -> Path:
+    """$XDG_CACHE_HOME/biomem/locomo (default ~/.cache/biomem/locomo): data and cached ingestions."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "biomem" / "locomo"
+
+
+def add_locomo_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `biomem eval locomo`."""
+    parser.add_argument("--data", type=Path, default=None,
+                        help="locomo10.json (downloaded there when absent; default: in --cache-dir)")
+    parser.add_argument("--bio", default="palmsynth",
+                        help="palmsynth | faces | folder:DIR | embeddings:FILE (default palmsynth)")
+    parser.add_argument("--encoder", default=None,
+                        help="biometric encoder (palmsynth: palm-compcode or palm-ccnet; faces, folder: face-dlib)")
+    parser.add_argument("--tau", type=float, default=None, help="gate threshold (default: the encoder's)")
+    parser.add_argument("--policy", default="all", choices=["all", "best"],
+                        help="gate policy: all = the paper's rule, every identity at or above τ (default)")
+    parser.add_argument("--llm", default="offline", help="answers: offline | openai:<model> | hf:<model-id>")
+    parser.add_argument("--ingest-llm", default="offline", help="note construction at ingestion (default offline)")
+    parser.add_argument("--text-model", default=None, help="sentence encoder (default all-MiniLM-L6-v2)")
+    parser.add_argument("--sample", type=float, default=1.0,
+                        help="fraction of questions, stratified per category and seeded (default 1: all)")
+    parser.add_argument("--seed", type=int, default=0, help="question sample and palm seeds (default 0)")
+    parser.add_argument("-k", type=int, default=10, help="notes retrieved per question (default 10)")
+    parser.add_argument("--conversations", type=int, default=None, help="use the first N conversations")
+    parser.add_argument("--max-turns", type=int, default=None,
+                        help="smoke runs: ingest the first N turns of each conversation and keep "
+                             "only questions whose evidence lies in them")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads for the text encoder (default 1: on the shared 2-core machine "
+                             "two threads ran ~10x slower under load)")
+    parser.add_argument("--cache-dir", type=Path, default=None, help=f"default {default_cache_dir()}")
+    parser.add_argument("--out", type=Path, default=Path("locomo_eval"),
+                        help="folder for results.md, records.json and chart.png (default ./locomo_eval)")
+
+
+def add_eval_parser(commands: Any) -> None:
+    """Add `eval locomo` to a parser's sub-commands (`commands` from add_subparsers)."""
+    parser = commands.add_parser("eval", help="benchmarks under the gate: `biomem eval locomo --help`")
+    benchmarks = parser.add_subparsers(dest="benchmark", required=True)
+    locomo = benchmarks.add_parser("locomo", help="the paper's LoCoMo Owner / Non-owner protocol",
+                                   description="LoCoMo under the biometric gate: Owner, Non-owner and "
+                                               "ungated baseline; prints the paper's tables.")
+    add_locomo_arguments(locomo)
+    locomo.set_defaults(func=run_locomo)
+
+
+def run_locomo(args: argparse.Namespace) -> None:
+    """Run the protocol, print its tables and say where the records and chart went."""
+    from .locomo import run
+
+    if not getattr(args, "command_line", None):
+        args.command_line = shlex.join(["biomem", *sys.argv[1:]])
+    results = run(args)
+    print((args.out / "results.md").read_text())
+    print(f"wrote {args.out / 'records.json'} ({len(results['records'])} records) and {args.out / 'chart.png'}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m biomem.eval locomo [options]`: the same as `biomem eval locomo [options]`."""
+    from biomem.cli import main as cli_main
+
+    return cli_main(["eval", *(sys.argv[1:] if argv is None else argv)])

@@ -1,0 +1,416 @@
+"""LoCoMo under the biometric gate: the paper's Owner / Non-owner protocol, and an ungated baseline.
+
+    biomem eval locomo --data ../shared/data/locomo/locomo10.json --bio palmsynth --llm offline
+    results = run(args)  # args from biomem.eval.add_locomo_arguments; writes results.md, records.json, chart.png
+
+Ten conversations become ten identities in one shared store (identity is the conversation,
+not the speaker: "John" is three different people). Every turn is a note of its
+conversation's identity, "Speaker: text" ("Speaker: [Image: caption] text" when the turn
+shared a photo), time-stamped with its session's date. Questions of categories 1, 2 and 4
+are asked as the owner (another capture of the owner's biometric), as a non-owner (the
+probe of the next identity in the store) and without a gate (top-K over every note).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from biomem import __version__
+from biomem.errors import BioMemError, InvalidInputError
+from biomem.store import SCHEMA_VERSION
+from biomem.textenc import TextEncoder
+
+from . import default_cache_dir
+from .biosources import BioSet, load_source, non_owner
+from .metrics import (
+    MULTI_HOP,
+    SINGLE_HOP,
+    TEMPORAL,
+    amem_bleu1,
+    amem_f1,
+    evidence_recall,
+    locomo_f1,
+    word_tokenizer,
+)
+from .report import bar_chart, markdown, summarize
+
+# The revision A-Mem was evaluated on (see shared/data/locomo/README.md), pinned by commit and hash.
+LOCOMO_URL = ("https://raw.githubusercontent.com/snap-research/locomo/"
+              "3eb6f2c585f5e1699204e3c3bdf7adc5c28cb376/data/locomo10.json")
+LOCOMO_SHA256 = "79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4"
+CATEGORIES = (MULTI_HOP, TEMPORAL, SINGLE_HOP)
+NOTE_FORMAT = 1  # bump when Turn.note changes: it is part of the ingestion cache key
+INGEST_CHUNK = 128  # turns per add_many call: one progress-bar step
+_EVIDENCE = re.compile(r"D:?(\d+):0*(\d+)")  # also reads the data's "D:11:26", "D30:05", "D8:6; D9:17"
+
+
+class DataUnavailableError(BioMemError, RuntimeError):
+    """locomo10.json is neither at the given path nor downloadable."""
+
+
+# ---- data -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Turn:
+    """One utterance of a conversation and the session date it was said on."""
+
+    dia_id: str
+    speaker: str
+    text: str
+    caption: str | None
+    date: str
+
+    @property
+    def note(self) -> str:
+        """The note's content: "Speaker: text", the BLIP caption of a shared photo in front of the text."""
+        if self.caption:
+            return f"{self.speaker}: [Image: {self.caption}] {self.text}"
+        return f"{self.speaker}: {self.text}"
+
+
+@dataclass(frozen=True)
+class Question:
+    """A QA item; `evidence` holds the dia_ids of turns that exist in its conversation."""
+
+    conversation: str
+    index: int  # position in the conversation's qa list
+    question: str
+    answer: Any
+    category: int
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One LoCoMo sample: its turns in order and its questions."""
+
+    sample_id: str
+    turns: tuple[Turn, ...]
+    questions: tuple[Question, ...]
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file: identifies the data in the cache key and the records."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def ensure_data(path: Path, url: str = LOCOMO_URL, sha256: str = LOCOMO_SHA256) -> Path:
+    """`path` if it exists, else locomo10.json downloaded there from its public source and verified."""
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".part")
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, partial.open("wb") as out:
+            shutil.copyfileobj(response, out)
+    except (urllib.error.URLError, OSError) as exc:
+        partial.unlink(missing_ok=True)
+        raise DataUnavailableError(f"{path} does not exist and downloading {url} failed ({exc}); "
+                                   "fetch locomo10.json by hand and pass --data") from exc
+    if file_sha256(partial) != sha256:
+        partial.unlink()
+        raise DataUnavailableError(f"{url} did not have the expected sha256 {sha256}")
+    partial.replace(path)
+    return path
+
+
+def load_locomo(path: Path) -> list[Conversation]:
+    """Parse locomo10.json: sessions in order, session dates on their turns, evidence ids cleaned."""
+    conversations = []
+    for sample in json.loads(path.read_text(encoding="utf-8")):
+        talk = sample["conversation"]
+        sessions = sorted((int(m[1]), key) for key in talk
+                          if (m := re.fullmatch(r"session_(\d+)", key)) and isinstance(talk[key], list))
+        turns = tuple(Turn(t["dia_id"], t["speaker"], t["text"], t.get("blip_caption"), talk[f"{key}_date_time"])
+                      for _, key in sessions for t in talk[key])
+        known = {t.dia_id for t in turns}
+        questions = tuple(
+            Question(sample["sample_id"], index, qa["question"], qa.get("answer"), int(qa["category"]),
+                     tuple(e for e in (f"D{s}:{n}" for raw in qa.get("evidence", [])
+                                       for s, n in _EVIDENCE.findall(raw)) if e in known))
+            for index, qa in enumerate(sample["qa"]))
+        conversations.append(Conversation(sample["sample_id"], turns, questions))
+    return conversations
+
+
+def trim(conversation: Conversation, max_turns: int | None) -> Conversation:
+    """The first `max_turns` turns (smoke runs) and only questions whose evidence they all hold."""
+    if max_turns is None:
+        return conversation
+    turns = conversation.turns[:max_turns]
+    kept = {t.dia_id for t in turns}
+    questions = tuple(q for q in conversation.questions if q.evidence and set(q.evidence) <= kept)
+    return Conversation(conversation.sample_id, turns, questions)
+
+
+def sample_questions(questions: Sequence[Question], fraction: float, seed: int) -> list[Question]:
+    """Categories 1, 2, 4; with fraction < 1 a seeded subset of round(fraction * n) (at least 1) per category."""
+    chosen: list[Question] = []
+    rng = np.random.default_rng(seed)
+    for category in CATEGORIES:
+        pool = [q for q in questions if q.category == category]
+        if fraction >= 1.0 or not pool:
+            chosen += pool
+            continue
+        picks = rng.choice(len(pool), size=max(1, round(fraction * len(pool))), replace=False)
+        chosen += [pool[i] for i in sorted(picks)]
+    order = {(q.conversation, q.index): i for i, q in enumerate(questions)}
+    return sorted(chosen, key=lambda q: order[(q.conversation, q.index)])
+
+
+# ---- ingestion, cached ------------------------------------------------------------------------
+
+@dataclass
+class Ingested:
+    """A store holding every turn as a note of its conversation's (template-less) identity."""
+
+    db: Path
+    key: str
+    identities: dict[str, int]  # sample_id -> identity id
+    dia_ids: dict[int, str]  # note id -> dia_id
+    seconds: float  # wall time of the ingestion that built the cache entry
+    cached: bool
+
+
+def ingest(conversations: Sequence[Conversation], *, data_sha256: str, cache_dir: Path, text: TextEncoder,
+           llm: str, max_turns: int | None) -> Ingested:
+    """Ingest once per configuration; later runs reuse the cached SQLite file.
+
+    The key covers the data file, the conversations and turn limit, the text model, the
+    note-building LLM, the engine and schema versions and NOTE_FORMAT. Identities are made
+    without templates: enrolment belongs to a biometric source and is done on a copy.
+    """
+    fields = {"data_sha256": data_sha256, "conversations": [c.sample_id for c in conversations],
+              "max_turns": max_turns, "text_model": text.name, "llm": llm, "engine": __version__,
+              "schema": SCHEMA_VERSION, "note_format": NOTE_FORMAT}
+    key = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+    entry = cache_dir / key
+    cached = (entry / "ingest.json").is_file()
+    if not cached:
+        _build(entry, fields, conversations, text, llm)
+    meta = json.loads((entry / "ingest.json").read_text())
+    return Ingested(db=entry / "store.db", key=key, identities=meta["identities"],
+                    dia_ids={int(k): v for k, v in meta["dia_ids"].items()}, seconds=meta["seconds"],
+                    cached=cached)
+
+
+def _build(entry: Path, fields: dict[str, Any], conversations: Sequence[Conversation], text: TextEncoder,
+           llm: str) -> None:
+    """Ingest into a private folder, then move it into place (a crash leaves no half entry)."""
+    from biomem import BioMemory
+
+    partial = entry.with_name(f"{entry.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    start = time.perf_counter()
+    identities: dict[str, int] = {}
+    dia_ids: dict[int, str] = {}
+    total = sum(len(c.turns) for c in conversations)
+    with BioMemory(partial / "store.db", text_model=text, llm=llm) as mem, \
+            tqdm(total=total, desc="ingest", unit="turn", mininterval=2.0) as bar:
+        for conversation in conversations:
+            owner = mem.store.add_identity(conversation.sample_id, "none", np.zeros((0, 0), np.float32)).id
+            identities[conversation.sample_id] = owner
+            for start_turn in range(0, len(conversation.turns), INGEST_CHUNK):
+                chunk = conversation.turns[start_turn:start_turn + INGEST_CHUNK]
+                ids = mem.add_many([t.note for t in chunk], identity=owner, timestamps=[t.date for t in chunk])
+                dia_ids.update(zip(ids, (t.dia_id for t in chunk)))
+                bar.update(len(chunk))
+    meta = {"key": fields, "identities": identities, "dia_ids": dia_ids, "notes": len(dia_ids),
+            "seconds": round(time.perf_counter() - start, 2)}
+    (partial / "ingest.json").write_text(json.dumps(meta, indent=1))
+    shutil.rmtree(partial / "store.db.index", ignore_errors=True)  # derived; rebuilt from SQLite
+    try:
+        partial.rename(entry)
+    except OSError:  # another run filled the entry first: keep theirs
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+# ---- asking -----------------------------------------------------------------------------------
+
+class MemoTextEncoder(TextEncoder):
+    """A loaded TextEncoder that embeds each distinct string once per run.
+
+    Each question is asked three times (owner, non-owner, ungated) and the offline answerer
+    re-embeds the sentences of every retrieved note: memoised, the answering phase costs
+    about one pass over the distinct questions and retrieved sentences.
+    """
+
+    def __init__(self, inner: TextEncoder) -> None:
+        self.__dict__.update(vars(inner))  # share the loaded model, its lock and word vectors
+        self._memo: dict[str, np.ndarray] = {}
+
+    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        missing = list(dict.fromkeys(t for t in texts if t not in self._memo))
+        self._memo.update(zip(missing, super().encode(missing, batch_size)))
+        return np.stack([self._memo[t] for t in texts]) if texts else super().encode(texts)
+
+
+@dataclass
+class Asker:
+    """Everything one question needs: the store, the probes, who owns what."""
+
+    mem: Any  # BioMemory on a working copy
+    bio: BioSet
+    owners: list[int]  # identity id of conversation i
+    labels: dict[int, str]  # identity id -> sample_id
+    dia_ids: dict[int, str]  # note id -> dia_id
+
+    def record(self, question: Question, index: int, mode: str, role: str, answer: Any) -> dict[str, Any]:
+        """One per-question record: gate decision, retrieved notes, answer and scores."""
+        probe_index = index if role == "owner" else non_owner(index, len(self.owners))
+        probe_identity = self.owners[probe_index]
+        notes, scores = answer.notes, answer.gate.scores
+        return {
+            "mode": mode, "role": role, "conversation": question.conversation, "qa_index": question.index,
+            "category": question.category, "question": question.question, "gold": question.answer,
+            "evidence": list(question.evidence), "probe_identity": self.labels[probe_identity],
+            "gate": {"admitted": [self.labels[i] for i in answer.gate.admitted],
+                     "owner_admitted": self.owners[index] in answer.gate.admitted,
+                     "probe_score": scores.get(probe_identity), "owner_score": scores.get(self.owners[index]),
+                     "threshold": answer.gate.threshold},
+            "retrieved": [{"note": n.id, "owner": self.labels[n.owner], "dia_id": self.dia_ids.get(n.id),
+                           "score": round(float(s), 4)} for n, s in notes],
+            "answer": answer.text,
+            "scores": {"f1": amem_f1(answer.text, question.answer),
+                       "bleu1": amem_bleu1(answer.text, question.answer),
+                       "locomo_f1": locomo_f1(answer.text, question.answer, question.category),
+                       "recall": evidence_recall([(question.conversation, e) for e in question.evidence],
+                                                 [(self.labels[n.owner], self.dia_ids.get(n.id)) for n, _ in notes]),
+                       "leaked": sum(n.owner != probe_identity for n, _ in notes), "retrieved": len(notes)},
+        }
+
+    def ask(self, question: Question, probe_index: int, policy: str | None = None) -> Any:
+        return self.mem.ask(question.question, probe=self.bio.probes[probe_index],
+                            temporal=question.category == TEMPORAL, policy=policy)
+
+
+def gate_check(asker: Asker) -> dict[str, Any]:
+    """Each owner probe against its gallery (TAR) and each non-owner probe against the owner's (FAR)."""
+    rows = []
+    for index, owner in enumerate(asker.owners):
+        other = non_owner(index, len(asker.owners))
+        own = asker.mem.identify(asker.bio.probes[index])
+        foreign = asker.mem.identify(asker.bio.probes[other])
+        rows.append({"identity": asker.labels[owner], "owner_score": own.scores[owner],
+                     "accepted": owner in own.admitted, "non_owner": asker.labels[asker.owners[other]],
+                     "non_owner_score": foreign.scores[owner], "false_accept": owner in foreign.admitted})
+    return {"threshold": asker.mem.threshold(asker.bio.modality), "probes": rows,
+            "tar": float(np.mean([r["accepted"] for r in rows])),
+            "far": float(np.mean([r["false_accept"] for r in rows]))}
+
+
+def answer_all(asker: Asker, plan: Sequence[tuple[Question, int]]) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Gated (owner, then non-owner probe) and ungated (τ = -1, every identity admitted) answers."""
+    records: list[dict[str, Any]] = []
+    seconds: dict[str, float] = {}
+    with tqdm(total=3 * len(plan), desc="answer", unit="q", mininterval=2.0) as bar:
+        start = time.perf_counter()
+        for question, index in plan:
+            for role, probe_index in (("owner", index), ("non-owner", non_owner(index, len(asker.owners)))):
+                records.append(asker.record(question, index, "gated", role, asker.ask(question, probe_index)))
+                bar.update()
+        seconds["answer_gated_s"] = time.perf_counter() - start
+        # Plain A-Mem over all users: every partition admitted, merged top-K = global top-K by cosine.
+        # The probe no longer matters, so one answer per question is scored for both probes.
+        asker.mem.set_threshold(-1.0, asker.bio.modality, source="ungated baseline")
+        start = time.perf_counter()
+        for question, index in plan:
+            answer = asker.ask(question, index, policy="all")
+            records += [asker.record(question, index, "ungated", role, answer) for role in ("owner", "non-owner")]
+            bar.update()
+        seconds["answer_ungated_s"] = time.perf_counter() - start
+    return records, seconds
+
+
+# ---- the command ------------------------------------------------------------------------------
+
+def run(args: argparse.Namespace, text: TextEncoder | None = None) -> dict[str, Any]:
+    """Evaluate with --threads torch threads (restored afterwards), then write the three outputs.
+
+    `text`: an already loaded text encoder to reuse (tests); default TextEncoder(--text-model).
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        results = evaluate(args, text)
+    finally:
+        torch.set_num_threads(threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "records.json").write_text(json.dumps(results, indent=1, ensure_ascii=False, default=str))
+    (args.out / "results.md").write_text(markdown(results["summary"], results["config"], results["timings"]))
+    bar_chart(results["summary"], results["config"], args.out / "chart.png")
+    return results
+
+
+def evaluate(args: argparse.Namespace, text: TextEncoder | None) -> dict[str, Any]:
+    """Ingest (cached), enrol the biometric source on a copy of the store, ask every question, score."""
+    from biomem import BioMemory
+
+    wall = time.perf_counter()
+    if not 0.0 < args.sample <= 1.0:
+        raise InvalidInputError(f"--sample must lie in (0, 1], got {args.sample}")
+    cache_dir = args.cache_dir or default_cache_dir()
+    data = ensure_data(args.data or cache_dir / "locomo10.json")
+    data_sha256 = file_sha256(data)
+    conversations = [trim(c, args.max_turns) for c in load_locomo(data)[:args.conversations]]
+    if len(conversations) < 2:
+        raise InvalidInputError("the protocol needs at least 2 conversations: a non-owner is another identity")
+    start = time.perf_counter()
+    bio = load_source(args.bio, len(conversations), encoder=args.encoder, tau=args.tau, seed=args.seed)
+    enrol_s = time.perf_counter() - start
+    text = MemoTextEncoder(text or TextEncoder(args.text_model))
+    ingested = ingest(conversations, data_sha256=data_sha256, cache_dir=cache_dir, text=text,
+                      llm=args.ingest_llm, max_turns=args.max_turns)
+    questions = sample_questions([q for c in conversations for q in c.questions], args.sample, args.seed)
+    position = {c.sample_id: i for i, c in enumerate(conversations)}
+    owners = [ingested.identities[c.sample_id] for c in conversations]
+    with tempfile.TemporaryDirectory(prefix="biomem-locomo-") as work:
+        shutil.copyfile(ingested.db, Path(work) / "store.db")
+        with BioMemory(Path(work) / "store.db", encoder=bio.modality, text_model=text, llm=args.llm,
+                       policy=args.policy, k=args.k) as mem:
+            start = time.perf_counter()
+            for owner, gallery in zip(owners, bio.galleries):
+                mem.add_templates(owner, gallery)
+            if bio.tau is not None:
+                mem.set_threshold(bio.tau, bio.modality, source=bio.tau_source)
+            enrol_s += time.perf_counter() - start
+            asker = Asker(mem, bio, owners, {i: s for s, i in ingested.identities.items()}, ingested.dia_ids)
+            gate = gate_check(asker)
+            records, seconds = answer_all(asker, [(q, position[q.conversation]) for q in questions])
+    config = {
+        "command": args.command_line, "data": str(data), "data_sha256": data_sha256,
+        "conversations": [c.sample_id for c in conversations], "max_turns": args.max_turns, "bio": args.bio,
+        "dataset": bio.name, "modality": bio.modality, "tau": gate["threshold"], "tau_source": bio.tau_source,
+        "policy": args.policy, "gallery": "the first 2 captures (1 when only 2 exist) enrol, the next one probes",
+        "non_owner": "conversation i is asked by identity (i + 1) mod n", "llm": args.llm,
+        "ingest_llm": args.ingest_llm, "text_model": text.name, "threads": args.threads, "k": args.k,
+        "sample": args.sample, "seed": args.seed, "questions": len(questions),
+        "bleu_tokenizer": word_tokenizer()[0], "engine": __version__, "cache_dir": str(cache_dir),
+        "cache_key": ingested.key,
+    }
+    timings = {"ingest_s": ingested.seconds, "ingest_cached": ingested.cached, "notes": len(ingested.dia_ids),
+               "enrol_s": enrol_s, **seconds, "total_s": time.perf_counter() - wall}
+    return {"config": config, "timings": timings, "summary": summarize(records, gate), "records": records}

@@ -1,0 +1,213 @@
+"""`biomem eval locomo`: metrics on hand-checked examples, LoCoMo parsing, and a reduced run end to end."""
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from biomem.errors import InvalidInputError
+from biomem.eval import add_locomo_arguments, main
+from biomem.eval import locomo as lc
+from biomem.eval.biosources import load_source, non_owner
+from biomem.eval.metrics import (
+    amem_bleu1,
+    amem_f1,
+    evidence_recall,
+    locomo_f1,
+    normalize_answer,
+)
+from biomem.store import Store
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo10.json"
+needs_data = pytest.mark.skipif(not DATA.is_file(), reason=f"LoCoMo not at {DATA}")
+
+
+# ---- A-Mem's F1 and BLEU-1 ---------------------------------------------------------------------
+
+def test_amem_f1_is_over_token_sets_with_dots_commas_and_marks_dropped():
+    assert amem_f1("The cat sat.", "the cat") == pytest.approx(0.8)  # P 2/3, R 1
+    assert amem_f1("Paris!", "paris") == 1.0
+    assert amem_f1("yes yes yes", "yes") == 1.0  # sets: repeats do not count
+    assert amem_f1("New York", "Boston") == 0.0
+
+
+def test_amem_metrics_score_an_empty_prediction_or_reference_zero():
+    for prediction, reference in (("", "Paris"), (None, "Paris"), ("Paris", ""), ("Paris", None), ("   ", "x")):
+        assert amem_f1(prediction, reference) == 0.0
+        assert amem_bleu1(prediction, reference) == 0.0
+
+
+def test_amem_metrics_convert_integer_answers_with_str():
+    assert amem_f1("2022", 2022) == 1.0
+    assert amem_bleu1("2022", 2022) == 1.0
+    assert amem_f1("in 2022", 2022) == pytest.approx(2 / 3)  # P 1/2, R 1
+
+
+def test_amem_bleu1_is_nltk_unigram_bleu_with_brevity_penalty():
+    assert amem_bleu1("the cat", "the cat sat on the mat") == pytest.approx(math.exp(1 - 6 / 2))
+    assert amem_bleu1("Paris.", "paris") == pytest.approx(0.5)  # nltk keeps the period as a token
+    assert amem_bleu1("a b", "c d") == 0.0  # no unigram match: 0 even with smoothing
+
+
+# ---- the official LoCoMo F1 -------------------------------------------------------------------
+
+def test_locomo_normalize_drops_commas_punctuation_and_articles():
+    assert normalize_answer("The Cat, and a dog!") == "cat dog"
+
+
+def test_locomo_f1_stems_and_counts_repeated_tokens():
+    assert locomo_f1("running dogs", "the dog runs", 4) == 1.0
+    assert locomo_f1("dog dog", "dog", 4) == pytest.approx(2 / 3)  # Counter overlap: P 1/2, R 1
+
+
+def test_locomo_f1_multi_hop_averages_the_best_part_per_gold_part():
+    assert locomo_f1("London", "London, Berlin", 1) == pytest.approx(0.5)
+    assert locomo_f1("Berlin, London", "London, Berlin", 1) == 1.0
+    assert locomo_f1("London", "London, Berlin", 4) == pytest.approx(2 / 3)
+
+
+def test_evidence_recall_names_turns_with_their_conversation():
+    evidence = [("conv-1", "D1:1"), ("conv-1", "D1:2")]
+    assert evidence_recall(evidence, [("conv-1", "D1:2"), ("conv-2", "D1:1")]) == 0.5
+    assert evidence_recall([], [("conv-1", "D1:1")]) is None
+
+
+# ---- data ---------------------------------------------------------------------------------------
+
+@needs_data
+def test_load_locomo_turns_notes_dates_and_evidence():
+    conversations = lc.load_locomo(DATA)
+    assert len(conversations) == 10
+    assert sum(len(c.turns) for c in conversations) == 5882
+    first = conversations[0].turns[0]
+    assert (first.dia_id, first.note, first.date) == (
+        "D1:1", "Caroline: Hey Mel! Good to see you! How have you been?", "1:56 pm on 8 May, 2023")
+    photo = next(t for t in conversations[0].turns if t.dia_id == "D1:5")
+    assert photo.note.startswith("Caroline: [Image: a photo of a dog walking past a wall")
+    questions = [q for c in conversations for q in c.questions]
+    assert [sum(q.category == k for q in questions) for k in (1, 2, 4)] == [282, 321, 841]
+    conv43 = {q.evidence for q in conversations[4].questions}
+    assert any("D11:26" in e for e in conv43)  # the data's "D:11:26"
+
+
+@needs_data
+def test_sample_is_stratified_seeded_and_stable():
+    questions = [q for c in lc.load_locomo(DATA) for q in c.questions]
+    sample = lc.sample_questions(questions, 0.1, seed=0)
+    assert [sum(q.category == k for q in sample) for k in (1, 2, 4)] == [28, 32, 84]
+    assert sample == lc.sample_questions(questions, 0.1, seed=0)
+    assert sample != lc.sample_questions(questions, 0.1, seed=1)
+    assert all(q.category in (1, 2, 4) for q in lc.sample_questions(questions, 1.0, seed=0))
+
+
+@needs_data
+def test_trim_keeps_questions_whose_evidence_was_ingested():
+    conversation = lc.trim(lc.load_locomo(DATA)[0], 30)
+    kept = {t.dia_id for t in conversation.turns}
+    assert len(kept) == 30 and conversation.questions
+    assert all(q.evidence and set(q.evidence) <= kept for q in conversation.questions)
+
+
+def test_missing_data_is_downloaded_or_refused_with_a_clear_error(tmp_path):
+    target = tmp_path / "locomo10.json"
+    with pytest.raises(lc.DataUnavailableError, match="fetch locomo10.json by hand and pass --data"):
+        lc.ensure_data(target, url="http://127.0.0.1:9/locomo10.json")  # nothing listens: offline
+    assert not target.exists() and not list(tmp_path.iterdir())
+    target.write_text("[]")
+    assert lc.ensure_data(target, url="http://127.0.0.1:9/never-fetched") == target
+
+
+# ---- biometric sources --------------------------------------------------------------------------
+
+def test_faces_refuse_more_conversations_than_sample_people():
+    with pytest.raises(InvalidInputError, match="7 distinct people"):
+        load_source("faces", 8)
+
+
+def test_unknown_source_and_non_owner_rule():
+    with pytest.raises(InvalidInputError, match="unknown --bio"):
+        load_source("iris", 2)
+    assert [non_owner(i, 10) for i in (0, 8, 9)] == [1, 9, 0]
+
+
+def test_embeddings_source_splits_gallery_and_probe_and_calibrates_tau(tmp_path):
+    path = _embeddings(tmp_path, people=3, captures=3)
+    bio = load_source(f"embeddings:{path}", 2)
+    assert [len(g) for g in bio.galleries] == [2, 2] and len(bio.probes) == 2
+    assert bio.modality == "embeddings:emb" and "density intersection" in bio.tau_source
+    assert -1.0 < bio.tau < 1.0
+    assert load_source(f"embeddings:{path}", 2, tau=0.5).tau == 0.5
+
+
+def _embeddings(folder: Path, people: int, captures: int, tau: float | None = None) -> Path:
+    rng = np.random.default_rng(7)
+    centres = rng.standard_normal((people, 32))
+    rows = [c + 0.15 * rng.standard_normal(32) for c in centres for _ in range(captures)]
+    labels = [f"person{p}" for p in range(people) for _ in range(captures)]
+    extra = {"tau": np.float32(tau)} if tau is not None else {}
+    path = folder / "emb.npz"
+    np.savez(path, embeddings=np.asarray(rows, np.float32), labels=np.asarray(labels), **extra)
+    return path
+
+
+# ---- end to end ---------------------------------------------------------------------------------
+
+def _run(tmp_path: Path, text_encoder, *options: str) -> dict:
+    parser = argparse.ArgumentParser()
+    add_locomo_arguments(parser)
+    argv = ["--data", str(DATA), "--conversations", "2", "--max-turns", "30", "--sample", "0.3",
+            "--cache-dir", str(tmp_path / "cache"), *options]
+    args = parser.parse_args(argv)
+    args.command_line = "biomem eval locomo " + " ".join(argv)
+    return lc.run(args, text=text_encoder)
+
+
+@needs_data
+@pytest.mark.slow
+def test_reduced_protocol_end_to_end(tmp_path, text_encoder):
+    out = tmp_path / "palm"
+    results = _run(tmp_path, text_encoder, "--bio", "palmsynth", "--out", str(out))
+    summary, records = results["summary"], results["records"]
+    questions = results["config"]["questions"]
+    assert 3 <= questions <= 10 and len(records) == 4 * questions
+    assert summary["gate"]["tar"] == 1.0 and summary["gate"]["far"] == 0.0
+    gated, ungated = summary["gated"], summary["ungated"]
+    assert gated["owner"]["recall"] > 0 and gated["non-owner"]["recall"] == 0
+    assert gated["owner"]["leaked"] == gated["non-owner"]["leaked"] == 0
+    assert ungated["non-owner"]["leaked"] > 0
+    record = records[0]
+    assert {"question", "category", "probe_identity", "gate", "retrieved", "answer", "scores"} <= set(record)
+    assert all(r["owner"] == record["probe_identity"] for r in record["retrieved"])
+
+    # The ungated baseline is a global top-K by cosine over every note of every owner.
+    store = Store(Path(results["config"]["cache_dir"]) / results["config"]["cache_key"] / "store.db")
+    ids, vectors = zip(*[store.note_vectors(i.id)[:2] for i in store.identities()])
+    ids, vectors = np.concatenate(ids), np.concatenate(vectors)
+    store.close()
+    for r in (r for r in records if r["mode"] == "ungated"):
+        query = text_encoder.encode_one(r["question"])
+        assert {n["note"] for n in r["retrieved"]} == set(ids[np.argsort(-(vectors @ query))[:10]].tolist())
+
+    table = (out / "results.md").read_text()
+    assert "| Dataset | Probe | Multi-Hop | Temporal | Single-Hop | Average | Avg. Gap |" in table
+    assert (out / "chart.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((out / "records.json").read_text())["records"] == json.loads(json.dumps(records, default=str))
+    assert results["timings"]["ingest_cached"] is False
+
+    # Another biometric source reuses the cached ingestion and asks the same sampled questions.
+    other = _run(tmp_path, text_encoder, "--bio", f"embeddings:{_embeddings(tmp_path, 2, 3, tau=0.8)}",
+                 "--out", str(tmp_path / "emb"))
+    assert other["timings"]["ingest_cached"] is True
+    assert other["config"]["cache_key"] == results["config"]["cache_key"]
+    assert [(r["conversation"], r["qa_index"]) for r in other["records"]] == \
+        [(r["conversation"], r["qa_index"]) for r in records]
+    assert other["summary"]["gated"]["non-owner"]["leaked"] == 0
+
+
+@needs_data
+def test_cli_refuses_faces_for_ten_conversations(tmp_path, capsys):
+    assert main(["locomo", "--data", str(DATA), "--bio", "faces", "--cache-dir", str(tmp_path)]) == 2
+    assert "7 distinct people" in capsys.readouterr().err
