@@ -109,6 +109,7 @@ class Gate:
         self.store = store
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}
+        self._modalities: tuple[str, list[str]] | None = None
 
     def _templates(self, modality: str) -> tuple[np.ndarray, np.ndarray]:
         version = self.store.templates_version()
@@ -119,6 +120,14 @@ class Gate:
                 cached = (version, ids, matrix)
                 self._cache[modality] = cached
         return cached[1], cached[2]
+
+    def modalities(self) -> list[str]:
+        """Modalities with at least one enrolled template (cached per enrolment version)."""
+        version = self.store.templates_version()
+        with self._lock:
+            if self._modalities is None or self._modalities[0] != version:
+                self._modalities = (version, self.store.modalities())
+            return self._modalities[1]
 
     def scores(self, probe: Probe) -> tuple[np.ndarray, np.ndarray]:
         """(identity ids, best cosine of the probe with each identity's templates)."""

@@ -186,7 +186,7 @@ class BioMemory:
         """
         policy = policy or self.policy
         probes = self.probes(probe)
-        enrolled = self.store.modalities()
+        enrolled = self.gate.modalities()
         for p in probes:
             if enrolled and p.modality not in enrolled:
                 raise ModalityMismatchError(f"no {p.modality!r} templates in this store; "
