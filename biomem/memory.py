@@ -332,9 +332,17 @@ class BioMemory:
         """Every add/update/evolve/delete of one of the requester's notes, oldest first."""
         return self.store.history(self._owner(probe), note_id)
 
+    def gated_out_summary(self, gate: GateResult) -> list[dict[str, Any]]:
+        """Owners the gate kept out: label, note count and latest time — never content."""
+        labels = {i.id: i.label for i in self.store.identities()}
+        return sorted(({"identity": owner, "label": labels[owner], "count": count, "latest": latest}
+                       for owner, (count, latest) in self.store.note_summary().items()
+                       if owner not in gate.admitted),
+                      key=lambda row: (-row["count"], row["label"]))
+
     def stats(self) -> dict[str, Any]:
         """Counts, identities with their note counts, modalities and thresholds."""
-        per_owner = self.store.note_counts()
+        per_owner = {owner: count for owner, (count, _) in self.store.note_summary().items()}
         return {"path": str(self.path), **self.store.counts(),
                 "per_identity": {i.label: per_owner.get(i.id, 0) for i in self.store.identities()},
                 "default_modality": self.modality,

@@ -447,7 +447,8 @@ class Store:
         with self.lock:
             return {t: self.db[t].count for t in ("identities", "templates", "notes", "links", "history")}
 
-    def note_counts(self) -> dict[int, int]:
-        """Number of notes per owner."""
+    def note_summary(self) -> dict[int, tuple[int, str]]:
+        """Per owner: (number of notes, latest timestamp) — what a gated-out panel may show."""
         with self.lock:
-            return dict(self.db.execute("SELECT owner_id, COUNT(*) FROM notes GROUP BY owner_id"))
+            return {owner: (count, latest) for owner, count, latest in self.db.execute(
+                "SELECT owner_id, COUNT(*), MAX(timestamp) FROM notes GROUP BY owner_id")}

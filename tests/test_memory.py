@@ -379,3 +379,13 @@ def test_multimodal_probes_fuse_per_policy(make_memory, face_probe):
     fused_search = mem.search("locker", probe={"face-dlib": face_probe(ALICE, 2),
                                                "palm-test": Probe(palm["alice"], "palm-test")})
     assert [n.content for n, _ in fused_search.notes] == ["Alice's gym locker is 42"]
+
+
+def test_gated_out_summary_shows_owner_count_and_time_never_content(family, capture):
+    mem, alice, bob = family
+    result = mem.search("PIN", probe=capture(ALICE, 2))
+    summary = mem.gated_out_summary(result.gate)
+    assert summary == [{"identity": bob.id, "label": "bob", "count": 2, "latest": "2023-05-10T08:00:00"}]
+    stranger = mem.search("PIN", probe=capture(STRANGER, 2))
+    assert {row["label"] for row in mem.gated_out_summary(stranger.gate)} == {"alice", "bob"}
+    assert sum(row["count"] for row in mem.gated_out_summary(stranger.gate)) == stranger.gated_out

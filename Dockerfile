@@ -1,0 +1,52 @@
+# Bio-Memory's web demo: `python app.py` on port 7860, as uid 1000 with the Hugging Face cache in
+# the user's home (the convention of Hugging Face Docker Spaces; works the same anywhere).
+#
+#   docker build -t biomem .
+#   docker run --rm -p 7860:7860 -v biomem-data:/home/user/data biomem
+#   docker run ... -e BIOMEM_LLM=openai:gpt-4o-mini -e OPENAI_API_KEY=... biomem   # a real LLM
+#
+# Configuration: BIOMEM_DB, BIOMEM_ENCODER, BIOMEM_LLM, BIOMEM_POLICY, BIOMEM_TAU,
+# BIOMEM_LOAD_DEMO, BIOMEM_ADMIN, OPENAI_BASE_URL, OPENAI_API_KEY (see app.py and the README).
+
+ARG PYTHON=3.11
+
+# ---- build: wheels that need a compiler (hnswlib, insightface) are built here ---------------------
+FROM python:${PYTHON}-slim AS build
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends build-essential \
+    && rm -rf /var/lib/apt/lists/*
+RUN useradd --create-home --uid 1000 user
+USER user
+ENV PATH=/home/user/.local/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /home/user/app
+# CPU-only torch first: the same pinned version from PyPI would bring several GB of CUDA wheels.
+# (2.14.1+cpu satisfies requirements.txt's torch==2.14.1, so pip keeps it.)
+RUN pip install --user --index-url https://download.pytorch.org/whl/cpu torch==2.14.1 torchvision==0.29.1
+COPY --chown=user requirements.txt .
+RUN pip install --user -r requirements.txt
+COPY --chown=user . .
+RUN pip install --user --no-deps .
+
+# ---- run -----------------------------------------------------------------------------------------
+FROM python:${PYTHON}-slim
+RUN useradd --create-home --uid 1000 user
+USER user
+ENV HOME=/home/user \
+    PATH=/home/user/.local/bin:$PATH \
+    HF_HOME=/home/user/.cache/huggingface \
+    PYTHONUNBUFFERED=1 \
+    GRADIO_ANALYTICS_ENABLED=False \
+    HF_HUB_DISABLE_TELEMETRY=1 \
+    GRADIO_SERVER_NAME=0.0.0.0 \
+    PORT=7860 \
+    BIOMEM_DB=/home/user/data/biomem.db \
+    MPLCONFIGDIR=/home/user/.cache/matplotlib
+WORKDIR /home/user/app
+COPY --from=build --chown=user /home/user/.local /home/user/.local
+COPY --chown=user . .
+RUN mkdir -p /home/user/data /home/user/.cache/huggingface
+VOLUME ["/home/user/data"]
+EXPOSE 7860
+HEALTHCHECK --interval=30s --timeout=5s --start-period=120s \
+    CMD python -c "import os, urllib.request; urllib.request.urlopen(f'http://127.0.0.1:{os.environ[\"PORT\"]}/', timeout=4)"
+CMD ["python", "app.py"]

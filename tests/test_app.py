@@ -1,0 +1,342 @@
+"""The Gradio app as visitors and API clients meet it: launched in-process, driven by gradio_client.
+
+Two clients with different probes get different memories, a stranger gets none, compare
+returns both sides; only ask/remember/compare are public; probes leave no file behind;
+errors arrive as one readable line. The handlers behind the private events (enrol, unlock,
+delete, forget, import, calibrate) are checked directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+
+import gradio as gr
+import numpy as np
+import pytest
+from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
+from PIL import Image
+
+import app
+from biomem import BioMemory
+from biomem.demo import DEMO_PEOPLE, demo_capture
+from biomem.llm import OfflineLLM, OpenAIChat
+from biomem.samples import group_photo_path
+from modalities.palmsynth import palm_capture
+
+QUESTION = "What is my bank card PIN?"
+PINS = {"Ana": "4821", "Ben": "7390", "Chloe": "1156"}
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp"}
+# Gradio's queue statistics use pandas options that pandas 3 deprecates: not ours to fix.
+pytestmark = pytest.mark.filterwarnings("ignore::Warning:gradio.queueing")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def served_app(mem: BioMemory, cache: Path, **build: object) -> Iterator[SimpleNamespace]:
+    """The app over `mem` on a free localhost port, Gradio's cache in `cache`; closed afterwards."""
+    previous = os.environ.get("GRADIO_TEMP_DIR")
+    os.environ["GRADIO_TEMP_DIR"] = str(cache)
+    demo = app.build_app(mem, **build)
+    try:
+        _, url, _ = app.launch(demo, server_name="127.0.0.1", server_port=free_port(),
+                               prevent_thread_lock=True, quiet=True)
+        yield SimpleNamespace(url=url, demo=demo, ui=demo.biomem_app, mem=mem, cache=cache)
+    finally:
+        demo.close()
+        if previous is None:
+            os.environ.pop("GRADIO_TEMP_DIR", None)
+        else:
+            os.environ["GRADIO_TEMP_DIR"] = previous
+
+
+def cached_images(cache: Path) -> list[Path]:
+    return [p for p in cache.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, text_encoder, face_encoder) -> Iterator[SimpleNamespace]:
+    """The demo store (faces + synthetic palms) served once for this module."""
+    root = tmp_path_factory.mktemp("app")
+    mem = BioMemory(root / "app.db", text_model=text_encoder, encoder=face_encoder)
+    with served_app(mem, root / "gradio-cache", admin=True) as served:
+        assert "Loaded Ana, Ben, Chloe" in served.ui.load_demo()
+        yield served
+    mem.close()
+
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory) -> dict[str, str]:
+    """Probe files as a visitor would upload them: new captures, never the enrolment ones."""
+    folder = tmp_path_factory.mktemp("probes")
+    images = {label: demo_capture(person, 7) for person, label in enumerate(DEMO_PEOPLE)}
+    images["Stranger"] = demo_capture(6, 7)
+    images["Ana palm"] = palm_capture(1, 7)
+    images["blank"] = np.full((256, 256, 3), 128, np.uint8)
+    paths = {}
+    for name, image in images.items():
+        paths[name] = str(folder / f"{name.replace(' ', '_')}.png")
+        Image.fromarray(image).save(paths[name])
+    paths["group"] = str(group_photo_path())
+    return paths
+
+
+def ask(client: Client, probe: str, question: str = QUESTION, encoder: str = "face-dlib") -> dict:
+    return client.predict(question, handle_file(probe), encoder, api_name="/ask")
+
+
+# ---- the public API ------------------------------------------------------------------------------
+
+def test_only_ask_remember_and_compare_are_public(server):
+    info = Client(server.url, verbose=False).view_api(print_info=False, return_format="dict")
+    assert set(info["named_endpoints"]) == {"/ask", "/remember", "/compare"}
+    assert not info["unnamed_endpoints"]
+    private = [d for d in server.demo.fns.values() if d.api_visibility == "private"]
+    assert len(private) > 20  # every internal event: sample buttons, rendering, enrol, forget, ...
+
+
+def test_two_clients_with_different_probes_get_different_gated_sets(server, probes):
+    clients = {who: Client(server.url, verbose=False) for who in ("Ana", "Ben")}
+    with ThreadPoolExecutor(2) as pool:  # at the same time, as two visitors would
+        ana, ben = pool.map(lambda who: ask(clients[who], probes[who]), ("Ana", "Ben"))
+    for label, result in (("Ana", ana), ("Ben", ben)):
+        assert result["gate"]["matched"] and result["gate"]["label"] == label
+        assert result["gate"]["scores"][0]["label"] == label and result["gate"]["scores"][0]["admitted"]
+        assert PINS[label] in result["answer"]
+        assert result["notes"] and all({"content", "score", "timestamp"} <= set(n) for n in result["notes"])
+        assert label not in {o["label"] for o in result["gated_out"]["owners"]}
+        others = [pin for who, pin in PINS.items() if who != label]
+        assert not any(pin in json.dumps(result) for pin in others)  # not in notes, prompt or summary
+    assert {n["id"] for n in ana["notes"]}.isdisjoint(n["id"] for n in ben["notes"])
+
+
+def test_a_strangers_client_gets_no_memory_only_a_summary_of_what_stayed_out(server, probes):
+    result = ask(Client(server.url, verbose=False), probes["Stranger"])
+    assert not result["gate"]["matched"] and result["gate"]["label"] is None
+    assert all(s["score"] < result["gate"]["threshold"] for s in result["gate"]["scores"])
+    assert result["notes"] == []
+    assert "no memories" in result["answer"]
+    counts = server.mem.stats()["per_identity"]
+    owners = result["gated_out"]["owners"]
+    assert {o["label"]: o["count"] for o in owners} == counts
+    assert all(set(o) == {"label", "count", "latest"} for o in owners)  # never content
+    assert result["gated_out"]["total"] == sum(counts.values())
+    assert not any(pin in json.dumps(result) for pin in PINS.values())
+
+
+def test_compare_returns_both_sides(server, probes):
+    client = Client(server.url, verbose=False)
+    result = client.predict(QUESTION, handle_file(probes["Chloe"]), handle_file(probes["Stranger"]),
+                            "face-dlib", api_name="/compare")
+    assert result["question"] == QUESTION
+    assert result["a"]["gate"]["label"] == "Chloe" and PINS["Chloe"] in result["a"]["answer"]
+    assert result["b"]["gate"]["matched"] is False and result["b"]["notes"] == []
+    # one side failing does not hide the other: a blank image has no face
+    mixed = client.predict(QUESTION, handle_file(probes["Ana"]), handle_file(probes["blank"]),
+                           "face-dlib", api_name="/compare")
+    assert mixed["a"]["gate"]["label"] == "Ana"
+    assert mixed["b"] == {"error": "No face found", "message": mixed["b"]["message"]}
+
+
+def test_a_palm_probe_opens_the_same_person_s_memories(server, probes):
+    result = ask(Client(server.url, verbose=False), probes["Ana palm"], encoder="palm-compcode")
+    assert result["gate"]["modality"] == "palm-compcode" and result["gate"]["label"] == "Ana"
+    assert PINS["Ana"] in result["answer"]
+
+
+def test_remember_by_chat_then_only_the_owner_gets_it_back(server, probes):
+    client = Client(server.url, verbose=False)
+    stored = client.predict("My gym locker is number 318", handle_file(probes["Ben"]), "face-dlib",
+                            api_name="/remember")
+    assert stored["owner"] == "Ben" and stored["note"]["content"] == "My gym locker is number 318"
+    assert "318" in ask(client, probes["Ben"], "Which gym locker is mine?")["answer"]
+    assert "318" not in json.dumps(ask(client, probes["Ana"], "Which gym locker is mine?"))
+    with pytest.raises(AppError, match="matches nobody enrolled"):
+        client.predict("I am not enrolled", handle_file(probes["Stranger"]), "face-dlib", api_name="/remember")
+    assert server.ui.delete_note({"probe": server.mem.probe(probes["Ben"]), "until": time.time() + 60},
+                                 stored["note"]["id"]).startswith("Deleted note")
+
+
+@pytest.mark.parametrize("probe,title,words", [
+    ("blank", "No face found", "No face was found"),
+    ("group", "More than one face", "several faces"),
+])
+def test_errors_reach_the_client_as_one_readable_line(server, probes, probe, title, words):
+    with pytest.raises(AppError) as caught:
+        ask(Client(server.url, verbose=False), probes[probe])
+    assert caught.value.title == title and words in caught.value.message
+    assert "Traceback" not in caught.value.message and str(server.cache) not in caught.value.message
+
+
+def test_missing_inputs_are_refused_with_a_message(server, probes):
+    client = Client(server.url, verbose=False)
+    with pytest.raises(AppError, match="Type a question"):
+        ask(client, probes["Ana"], question="  ")
+    with pytest.raises(AppError, match="Give both probes"):
+        client.predict(QUESTION, handle_file(probes["Ana"]), None, "face-dlib", api_name="/compare")
+
+
+def test_no_probe_file_stays_in_gradios_cache(server, probes):
+    client = Client(server.url, verbose=False)
+    ask(client, probes["Ana"])
+    with pytest.raises(AppError):
+        ask(client, probes["blank"])
+    client.predict(QUESTION, handle_file(probes["Ben"]), handle_file(probes["Stranger"]), "face-dlib",
+                   api_name="/compare")
+    assert cached_images(server.cache) == []
+
+
+def test_privacy_settings_of_the_launched_app(server, tmp_path):
+    demo = server.demo
+    assert demo.analytics_enabled is False and os.environ["GRADIO_ANALYTICS_ENABLED"] == "False"
+    assert os.environ["HF_HUB_DISABLE_TELEMETRY"] in ("1", "True")  # Gradio rewrites it to "True"
+    assert demo.run_history is False and "runs" not in demo.footer_links
+    assert demo.enable_monitoring is False and not demo.mcp_server and not demo.share
+    assert demo.delete_cache is not None
+    outside = tmp_path / "keep.png"
+    outside.write_bytes(b"x")
+    server.ui.discard(outside)  # only files inside Gradio's cache are ever deleted
+    assert outside.exists()
+
+
+# ---- handlers behind the private events ---------------------------------------------------------
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "gradio-cache"
+    folder.mkdir()
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(folder))
+    return folder
+
+
+def upload(cache: Path, image: np.ndarray, name: str) -> str:
+    """A file where Gradio would put an upload: its own folder inside the cache."""
+    folder = cache / name
+    folder.mkdir()
+    Image.fromarray(image).save(folder / f"{name}.png")
+    return str(folder / f"{name}.png")
+
+
+def test_enrol_unlock_delete_and_forget_me(make_memory, capture, cache):
+    mem = make_memory()
+    ui = app.BioMemoryApp(mem, admin=False)
+    files = [upload(cache, capture(3, n), f"enrol{n}") for n in range(3)]
+    steps = []
+    message = ui.enroll("Dana", files[:2], files[2], "face-dlib", lambda *a, **k: steps.append(a))
+    assert "Enrolled **Dana** from 3 image(s)" in message and len(steps) >= 3
+    assert cached_images(cache) == []  # enrolment images are deleted once encoded
+    with pytest.raises(gr.Error, match="already match Dana"):
+        ui.enroll("Dana again", [upload(cache, capture(3, 4), "again")], None, "face-dlib")
+    palms = [upload(cache, palm_capture(5, n), f"palm{n}") for n in range(2)]  # a first palm in a face store
+    assert "Enrolled **Pat** from 2 image(s) with `palm-compcode`" in ui.enroll("Pat", palms, None, "palm-compcode")
+
+    ui.remember("My bike lock code is 2468", upload(cache, capture(3, 5), "memo"), "face-dlib")
+    with pytest.raises(gr.Error, match="matches nobody"):
+        app._friendly(ui.unlock)(upload(cache, capture(6, 1), "stranger"), "face-dlib")
+    session = ui.unlock(upload(cache, capture(3, 6), "unlock"), "face-dlib")
+    assert session["label"] == "Dana" and session["count"] == 1 and "probe" in session
+    rows = ui.my_notes(session)
+    assert [r[2] for r in rows] == ["My bike lock code is 2468"]
+    with pytest.raises(gr.Error, match="None of your notes"):
+        app._friendly(ui.delete_note)(session, 10_000)
+    assert "Deleted note" in ui.delete_note(session, rows[0][0])
+    assert ui.my_notes(session) == []
+
+    with pytest.raises(gr.Error, match="Tick the box"):
+        ui.forget(session, False)
+    assert "Forgot **Dana**" in ui.forget(session, True)
+    assert [i.label for i in mem.identities()] == ["Pat"]
+    with pytest.raises(gr.Error, match="Unlock with a probe"):
+        ui.my_notes({**session, "until": time.time() - 1})
+    assert cached_images(cache) == []
+
+
+def test_llm_unreachable_is_a_readable_message_not_a_traceback(make_memory, text_encoder, face_probe, capture,
+                                                             cache):
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    llm = OpenAIChat("gone", OfflineLLM(text_encoder), base_url=dead, api_key="x", timeout=2)
+    mem = make_memory(llm=llm)
+    mem.enroll("Eve", [face_probe(0, 0), face_probe(0, 1)])
+    with pytest.raises(gr.Error) as caught:
+        app._friendly(app.BioMemoryApp(mem).ask)(QUESTION, upload(cache, capture(0, 3), "probe"), "face-dlib")
+    assert caught.value.title == "LLM unreachable"
+    assert "127.0.0.1" not in caught.value.message and "Traceback" not in caught.value.message
+
+
+def test_load_demo_twice_builds_it_once(server):
+    before = server.mem.store.counts()
+    assert "already here" in server.ui.load_demo()
+    assert server.mem.store.counts() == before
+
+
+def test_locomo_import_gives_each_conversation_an_identity(make_memory, cache, tmp_path):
+    data = [{"sample_id": f"conv-{n}", "qa": [], "conversation": {
+        "speaker_a": "Ann", "speaker_b": "Bo", "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": f"My cat is called Whisker{n}"},
+                      {"speaker": "Bo", "dia_id": "D1:2", "text": "What a lovely name!"}]}} for n in range(2)]
+    path = tmp_path / "locomo_tiny.json"
+    path.write_text(json.dumps(data))
+    mem = make_memory()
+    ui = app.BioMemoryApp(mem, admin=True)
+    message = ui.import_locomo(str(path), 2)
+    assert "conv-0 (Ann & Bo): 2 turns" in message and "LoCoMo 2" in message
+    assert "already imported" in ui.import_locomo(str(path), 1)
+    probe = upload(cache, ui.sample_capture("LoCoMo 2", "palm-compcode"), "palm")
+    result = ui.ask("What is my cat called?", probe, "palm-compcode")
+    assert result["gate"]["label"] == "conv-1 (Ann & Bo)" and "Whisker1" in result["answer"]
+    with pytest.raises(gr.Error, match="disabled"):
+        app.BioMemoryApp(mem, admin=False).import_locomo(str(path), 1)
+
+
+def test_calibrate_palms_shows_histograms_and_stores_tau(make_memory):
+    mem = make_memory()
+    ui = app.BioMemoryApp(mem, admin=True)
+    report = ui.calibrate("palm-compcode", "samples")
+    assert report.modality == "palm-compcode" and report.identities == app.CALIBRATION_PALMS
+    plot, text = ui.calibration_view(report)
+    assert plot.ndim == 3 and plot.shape[2] == 3 and "intersection" in text and "/tmp" not in text
+    assert "Stored τ" in ui.store_tau(report, "intersection")
+    assert mem.threshold("palm-compcode") == pytest.approx(report.intersection.tau)
+    names = [row[0] for row in ui.encoder_table()]
+    assert {"face-dlib", "palm-compcode"} <= set(names)
+
+
+def test_configuration_from_the_environment(monkeypatch, tmp_path, text_encoder, face_encoder):
+    monkeypatch.setenv("BIOMEM_DB", str(tmp_path / "env.db"))
+    monkeypatch.setenv("BIOMEM_LLM", "offline")
+    monkeypatch.setenv("BIOMEM_POLICY", "all")
+    monkeypatch.setenv("BIOMEM_TAU", "face-dlib=0.93, palm-compcode=0.4")
+    mem = app.memory_from_env(text_model=text_encoder, encoder=face_encoder)
+    try:
+        assert mem.path == tmp_path / "env.db" and mem.policy == "all" and mem.llm.name == "offline"
+        assert mem.threshold("face-dlib") == pytest.approx(0.93)
+        assert mem.threshold("palm-compcode") == pytest.approx(0.4)
+    finally:
+        mem.close()
+
+
+def test_panels_escape_what_people_typed():
+    result = {"kind": "answer", "question": "q", "answer": "<script>x</script>", "prompt": "",
+              "gate": {"matched": True, "label": "<b>", "threshold": 0.95, "modality": "face-dlib",
+                       "policy": "best", "scores": [{"identity": 1, "label": "<img src=x>", "score": 0.99,
+                                                     "admitted": True}]},
+              "notes": [{"id": 1, "content": "<iframe>", "timestamp": "2024-03-02T09:15:00", "score": 0.5}],
+              "gated_out": {"total": 2, "owners": [{"label": "<svg>", "count": 2, "latest": None}]}}
+    html = app.panel_html(result, with_answer=True)
+    assert "<script>" not in html and "<img" not in html and "<iframe>" not in html and "<svg>" not in html
+    assert "2 Mar 2024, 09:15" in html
