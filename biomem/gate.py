@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .blas import one_thread
 from .errors import InvalidInputError, ModalityMismatchError
 from .store import Store
 
@@ -138,7 +139,8 @@ class Gate:
             raise ModalityMismatchError(
                 f"probe has {probe.embedding.shape[0]} dimensions but {probe.modality!r} "
                 f"templates have {matrix.shape[1]}: the probe was made by another encoder")
-        sims = matrix @ probe.embedding
+        with one_thread():
+            sims = matrix @ probe.embedding
         starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])  # templates sorted by identity
         return ids[starts], np.maximum.reduceat(sims, starts)
 

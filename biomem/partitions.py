@@ -16,6 +16,7 @@ from pathlib import Path
 import hnswlib
 import numpy as np
 
+from .blas import one_thread
 from .store import Store
 
 
@@ -28,13 +29,14 @@ class Partition:
     generation: int
     hnsw: hnswlib.Index | None = None
     dirty: bool = False  # hnsw changed in memory since its file was written
+    by_id: np.ndarray | None = None  # argsort(ids) for mapping hnsw labels, built on first use
 
 
 class Partitions:
     """Cache of partitions keyed by owner id; reloads an owner whenever its generation moved."""
 
     def __init__(self, store: Store, index_dir: str | Path, dim: int, *,
-                 hnsw_threshold: int = 20_000, ef_search: int = 128) -> None:
+                 hnsw_threshold: int = 20_000, ef_search: int = 256) -> None:
         self.store = store
         self.index_dir = Path(index_dir)
         self.dim = dim
@@ -71,7 +73,7 @@ class Partitions:
                 index.load_index(str(index_file))
                 index.set_ef(max(self.ef_search, 10))
                 return index
-        index.init_index(max_elements=len(part.ids), ef_construction=200, M=16)
+        index.init_index(max_elements=len(part.ids), ef_construction=400, M=32)
         index.add_items(part.matrix, part.ids)
         index.set_ef(max(self.ef_search, 10))
         part.hnsw = index
@@ -96,11 +98,13 @@ class Partitions:
         if part.hnsw is not None:
             part.hnsw.set_ef(max(self.ef_search, k))
             labels, _ = part.hnsw.knn_query(query, k=k)
-            by_id = np.argsort(part.ids)
-            positions = by_id[np.searchsorted(part.ids, labels[0], sorter=by_id)]
+            if part.by_id is None:
+                part.by_id = np.argsort(part.ids)
+            positions = part.by_id[np.searchsorted(part.ids, labels[0], sorter=part.by_id)]
             scores = part.matrix[positions] @ query
         else:
-            scores_all = part.matrix @ query
+            with one_thread():
+                scores_all = part.matrix @ query
             positions = np.argpartition(-scores_all, k - 1)[:k] if k < n else np.arange(n)
             scores = scores_all[positions]
         order = np.lexsort((positions, -scores))  # by score, then chronological position
@@ -138,6 +142,7 @@ class Partitions:
             if part is None:
                 return
             part.ids = np.concatenate([part.ids, np.asarray(note_ids, dtype=np.int64)])
+            part.by_id = None
             part.matrix = np.concatenate([part.matrix, vectors.astype(np.float32)])
             if part.hnsw is not None:
                 part.hnsw.resize_index(len(part.ids))
@@ -161,6 +166,7 @@ class Partitions:
                 return
             keep = part.ids != note_id
             part.ids, part.matrix = part.ids[keep], part.matrix[keep]
+            part.by_id = None
             if part.hnsw is not None:
                 part.hnsw.mark_deleted(note_id)
 

@@ -360,7 +360,8 @@ class Store:
                 marks = ",".join("?" * len(chunk))
                 for row in self.db.execute(
                         "SELECT id, owner_id, content, timestamp, keywords, tags, context FROM notes "
-                        f"WHERE owner_id = ? AND id IN ({marks})", [int(owner_id), *chunk]):
+                        f"WHERE +owner_id = ? AND id IN ({marks})",  # '+': look up by id, then check
+                        [int(owner_id), *chunk]):
                     rows[row[0]] = row
             links = self._links(list(rows))
         return [self._to_note(rows[i], links[i]) for i in wanted if i in rows]
