@@ -54,6 +54,15 @@ from PIL import Image  # noqa: E402
 
 import modalities  # noqa: E402
 from biomem import BioMemory, Probe  # noqa: E402
+from biomem.demo import (  # noqa: E402
+    DEMO_PALM_SEEDS,
+    DEMO_PEOPLE,
+    STRANGER_PALM_SEED,
+    build_demo,
+    demo_capture,
+    demo_palm,
+)
+from biomem.demo import STRANGER as DEMO_STRANGER  # noqa: E402
 from biomem.errors import (  # noqa: E402
     BioMemError,
     InvalidImageError,
@@ -83,7 +92,8 @@ PALM_ENCODER = os.environ.get("BIOMEM_PALM_ENCODER", "palm-compcode")
 # Ana, Ben and Chloe are the demo store's people (biomem.demo.DEMO_PEOPLE, in order); the
 # stranger is never enrolled; the LoCoMo samples are given to imported conversations.
 SAMPLE_PEOPLE: dict[str, tuple[int | None, int]] = {
-    "Ana": (0, 1), "Ben": (1, 2), "Chloe": (2, 3), "Stranger": (6, 99),
+    **{label: (face, DEMO_PALM_SEEDS[label]) for face, label in enumerate(DEMO_PEOPLE)},
+    "Stranger": (DEMO_STRANGER, STRANGER_PALM_SEED),
 }
 LOCOMO_FACES = (3, 4, 5)  # sample faces left for imported conversations (palms have no limit)
 LOCOMO_PALM_BASE = 100
@@ -390,14 +400,10 @@ class BioMemoryApp:
         face, palm = SAMPLE_PEOPLE[person]
         seed = secrets.randbelow(39) + 2  # captures 0 and 1 are the demo's enrolment samples
         if self.kind(encoder) == "palm":
-            from modalities.palmsynth import palm_capture
-
-            return palm_capture(palm, seed)
+            return demo_palm(palm, seed)
         if face is None:
             raise fail(f"{person} has a sample palm but no sample face: choose a palm encoder.",
                        title="No sample face")
-        from biomem.demo import demo_capture
-
         return demo_capture(face, seed)
 
     def kind(self, encoder: str | None) -> str:
@@ -497,8 +503,6 @@ class BioMemoryApp:
                 f" · <b>gate policy</b> <code>{_e(self.mem.policy)}</code></div>")
 
     def demo_loaded(self) -> bool:
-        from biomem.demo import DEMO_PEOPLE
-
         return set(DEMO_PEOPLE) <= {i.label for i in self.mem.identities()}
 
     def palm_encoder(self) -> str | None:
@@ -512,22 +516,13 @@ class BioMemoryApp:
 
     def load_demo(self, progress: Callable[..., Any] | None = None) -> str:
         """Build the demo store (Ana, Ben, Chloe: faces, synthetic palms, everyday memories) once."""
-        from biomem.demo import DEMO_PEOPLE, build_demo
-
         progress = progress or (lambda *a, **k: None)
         with self._building:
             if self.demo_loaded():
                 return "The demo people are already here: go to **Compare** or **Chat**."
-            progress(0.1, desc="Enrolling Ana, Ben and Chloe from two face photos each…")
-            ids = build_demo(self.mem)
             palm = self.palm_encoder()
-            if palm:
-                from modalities.palmsynth import palm_capture
-
-                for n, (label, identity) in enumerate(ids.items()):
-                    progress(0.7 + 0.1 * n, desc=f"Adding {label}'s synthetic palm…")
-                    seed = SAMPLE_PEOPLE[label][1]
-                    self.mem.add_templates(identity, [palm_capture(seed, 0), palm_capture(seed, 1)], palm)
+            progress(0.1, desc="Enrolling Ana, Ben and Chloe with their memories…")
+            build_demo(self.mem, palm_encoder=palm)
             progress(1.0, desc="Done")
         people = ", ".join(DEMO_PEOPLE)
         palms = f" and synthetic palms (`{palm}`)" if palm else " (no palm encoder here: faces only)"
@@ -567,12 +562,8 @@ class BioMemoryApp:
                     continue
                 face, seed = SAMPLE_PEOPLE[locomo_sample(index)]
                 if palm:
-                    from modalities.palmsynth import palm_capture
-
-                    identity = self.mem.enroll(label, [palm_capture(seed, 0), palm_capture(seed, 1)], palm)
+                    identity = self.mem.enroll(label, [demo_palm(seed, 0), demo_palm(seed, 1)], palm)
                 else:
-                    from biomem.demo import demo_capture
-
                     identity = self.mem.enroll(label, [demo_capture(face, 0), demo_capture(face, 1)],
                                                "face-dlib")
                 for start in range(0, len(texts), 128):
@@ -696,7 +687,6 @@ class BioMemoryApp:
 
                 write_dataset(tmp, CALIBRATION_PALMS, CALIBRATION_CAPTURES, seed=CALIBRATION_PALM_SEED)
             elif kind == "face":
-                from biomem.demo import demo_capture
                 from biomem.samples import face_crops
 
                 for person in range(len(face_crops())):

@@ -1,8 +1,9 @@
 """A small demo store: three people from the sample faces, everyday memories, three askers.
 
-`biomem demo` (and the app's "load demo") enrol Ana, Ben and Chloe from two captures each,
-give them look-alike memories, then ask the same question as each of them and as a
-stranger: each gets only their own memories, the stranger none.
+`biomem demo` (and the app's "load demo") enrol Ana, Ben and Chloe from two captures each
+(faces, and synthetic palms when a palm encoder is given), give them look-alike memories,
+then ask the same question as each of them and as a stranger: each gets only their own
+memories, the stranger none.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ DEMO_PEOPLE: dict[str, list[tuple[str, str]]] = {
     ],
 }
 STRANGER = 6  # index into face_crops(): a person who is never enrolled
+# Synthetic palm identity seeds (modalities.palmsynth) of the demo people and the stranger.
+DEMO_PALM_SEEDS = {"Ana": 1, "Ben": 2, "Chloe": 3}
+STRANGER_PALM_SEED = 99
 
 
 def demo_capture(person: int, seed: int) -> np.ndarray:
@@ -42,11 +46,22 @@ def demo_capture(person: int, seed: int) -> np.ndarray:
     return face if seed == 0 else augment(face, seed=1000 * person + seed)
 
 
-def build_demo(mem: BioMemory) -> dict[str, int]:
-    """Enrol the demo people (face captures) with their memories; returns label -> identity id."""
+def demo_palm(seed: int, capture: int) -> np.ndarray:
+    """A synthetic palm ROI of identity `seed` (capture 0: the canonical rendering)."""
+    from modalities.palmsynth import palm_capture
+
+    return palm_capture(seed, capture)
+
+
+def build_demo(mem: BioMemory, palm_encoder: str | None = None) -> dict[str, int]:
+    """Enrol the demo people (faces, plus synthetic palms through `palm_encoder` when given)
+    with their memories; returns label -> identity id."""
     ids = {}
     for person, (label, memories) in enumerate(DEMO_PEOPLE.items()):
         identity = mem.enroll(label, [demo_capture(person, 0), demo_capture(person, 1)], modality="face-dlib")
+        if palm_encoder:
+            seed = DEMO_PALM_SEEDS[label]
+            mem.add_templates(identity.id, [demo_palm(seed, 0), demo_palm(seed, 1)], palm_encoder)
         mem.add_many([text for text, _ in memories], identity=identity.id,
                      timestamps=[when for _, when in memories])
         ids[label] = identity.id
