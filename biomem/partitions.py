@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import hnswlib
@@ -30,6 +30,8 @@ class Partition:
     hnsw: hnswlib.Index | None = None
     dirty: bool = False  # hnsw changed in memory since its file was written
     by_id: np.ndarray | None = None  # argsort(ids) for mapping hnsw labels, built on first use
+
+    # A Partition is a snapshot: ids and matrix are never changed in place (see Partitions.added).
 
 
 class Partitions:
@@ -96,11 +98,17 @@ class Partitions:
         if k <= 0:
             return []
         if part.hnsw is not None:
-            part.hnsw.set_ef(max(self.ef_search, k))
-            labels, _ = part.hnsw.knn_query(query, k=k)
-            if part.by_id is None:
-                part.by_id = np.argsort(part.ids)
-            positions = part.by_id[np.searchsorted(part.ids, labels[0], sorter=part.by_id)]
+            with self._lock:  # hnswlib's index changes in place (resize, add): query it with its snapshot
+                current = self._cache.get(owner_id)
+                if current is not None and current.hnsw is part.hnsw:
+                    part = current
+                part.hnsw.set_ef(max(self.ef_search, k))
+                labels = part.hnsw.knn_query(query, k=min(k, len(part.ids)))[0][0]
+                if part.by_id is None:
+                    part.by_id = np.argsort(part.ids)
+            found = np.searchsorted(part.ids, labels, sorter=part.by_id).clip(max=len(part.ids) - 1)
+            positions = part.by_id[found]
+            positions = positions[part.ids[positions] == labels]  # a label newer than the snapshot
             scores = part.matrix[positions] @ query
         else:
             with one_thread():
@@ -125,39 +133,45 @@ class Partitions:
             return sorted(self._cache)
 
     # Incremental maintenance after the engine's own writes. Each store write bumps the
-    # owner's generation by one; if the cache is exactly one behind it is patched in place,
-    # otherwise (another process wrote too) it is dropped and reloaded on the next search.
+    # owner's generation by one; if the cache is exactly one behind it is patched, otherwise
+    # (another process wrote too) it is dropped and reloaded on the next search. A patch
+    # swaps in a new snapshot: a search holding the old one never sees half a change.
     def _patchable(self, owner_id: int, generation: int) -> Partition | None:
         part = self._cache.get(owner_id)
         if part is None or part.generation != generation - 1:
             self._cache.pop(owner_id, None)
             return None
-        part.generation = generation
-        part.dirty = part.hnsw is not None
         return part
+
+    def _swap(self, owner_id: int, part: Partition, generation: int, ids: np.ndarray,
+              matrix: np.ndarray) -> None:
+        self._cache[owner_id] = replace(part, ids=ids, matrix=matrix, generation=generation,
+                                        dirty=part.hnsw is not None, by_id=None)
 
     def added(self, owner_id: int, note_ids: list[int], vectors: np.ndarray, generation: int) -> None:
         with self._lock:
             part = self._patchable(owner_id, generation)
             if part is None:
                 return
-            part.ids = np.concatenate([part.ids, np.asarray(note_ids, dtype=np.int64)])
-            part.by_id = None
-            part.matrix = np.concatenate([part.matrix, vectors.astype(np.float32)])
-            if part.hnsw is not None:
-                part.hnsw.resize_index(len(part.ids))
-                part.hnsw.add_items(vectors, note_ids)
-            elif len(part.ids) >= self.hnsw_threshold:
+            ids = np.concatenate([part.ids, np.asarray(note_ids, dtype=np.int64)])
+            if part.hnsw is None and len(ids) >= self.hnsw_threshold:
                 self._cache.pop(owner_id)  # crossed the threshold: build the index on next use
+                return
+            if part.hnsw is not None:
+                part.hnsw.resize_index(len(ids))
+                part.hnsw.add_items(vectors, note_ids)
+            self._swap(owner_id, part, generation, ids, np.concatenate([part.matrix, vectors.astype(np.float32)]))
 
     def updated(self, owner_id: int, note_id: int, vector: np.ndarray, generation: int) -> None:
         with self._lock:
             part = self._patchable(owner_id, generation)
             if part is None:
                 return
-            part.matrix[int(np.flatnonzero(part.ids == note_id)[0])] = vector
+            matrix = part.matrix.copy()
+            matrix[int(np.flatnonzero(part.ids == note_id)[0])] = vector
             if part.hnsw is not None:
                 part.hnsw.add_items(vector[None, :], [note_id])  # same label: replaced in place
+            self._swap(owner_id, part, generation, part.ids, matrix)
 
     def deleted(self, owner_id: int, note_id: int, generation: int) -> None:
         with self._lock:
@@ -165,10 +179,9 @@ class Partitions:
             if part is None:
                 return
             keep = part.ids != note_id
-            part.ids, part.matrix = part.ids[keep], part.matrix[keep]
-            part.by_id = None
             if part.hnsw is not None:
                 part.hnsw.mark_deleted(note_id)
+            self._swap(owner_id, part, generation, part.ids[keep], part.matrix[keep])
 
     def flush(self) -> None:
         """Write every hnsw index changed in memory, stamped with its generation."""

@@ -261,8 +261,9 @@ def test_policy_best_admits_one_identity_and_all_admits_every_match(make_memory,
 
 
 @pytest.mark.slow
-def test_eight_threads_adding_and_searching_lose_nothing(make_memory, face_probe):
-    mem = make_memory("threads.db")
+@pytest.mark.parametrize("hnsw_threshold", [20_000, 5], ids=["exact", "hnsw"])
+def test_eight_threads_adding_and_searching_lose_nothing(make_memory, face_probe, hnsw_threshold):
+    mem = make_memory("threads.db", hnsw_threshold=hnsw_threshold)
     people = [mem.enroll(f"p{p}", [face_probe(p, 0)]) for p in range(4)]
     probes = {o.id: face_probe(p, 1) for p, o in enumerate(people)}
     errors: list[BaseException] = []
