@@ -231,8 +231,12 @@ def calibrate_folder(encoder: modalities.Encoder | str, data_dir: str | Path, *,
     return replace(report, data_dir=str(root), images=len(vectors), refused=refused, **extra)
 
 
-def save(report: CalibrationReport, memory: BioMemory, which: str = "intersection") -> float:
-    """Store the report's τ (rule `which`: "intersection" or "fmr") in the memory DB, with its provenance."""
+def save(report: CalibrationReport, memory: BioMemory, which: str = "intersection", *,
+         step_up: bool = False) -> float:
+    """Store the report's τ (rule `which`: "intersection" or "fmr") in the memory DB, with its provenance.
+
+    step_up: store it as the stricter step-up τ (calibrate at a lower FMR for that, e.g. 1e-5).
+    """
     points = {"intersection": report.intersection, "fmr": report.at_fmr}
     if which not in points:
         raise InvalidInputError(f"which must be one of {sorted(points)}, got {which!r}")
@@ -248,7 +252,7 @@ def save(report: CalibrationReport, memory: BioMemory, which: str = "intersectio
     source = (f"calibrate {which}: {rule}; {data}; {report.genuine} genuine / {report.impostor} impostor"
               f" scores{images}; FMR {point.fmr:.2e} FNMR {point.fnmr:.2e};"
               f" {datetime.now(timezone.utc).date().isoformat()}")
-    memory.set_threshold(point.tau, report.modality, source)
+    memory.set_threshold(point.tau, report.modality, source, step_up=step_up)
     return point.tau
 
 

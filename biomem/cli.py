@@ -3,7 +3,7 @@
     biomem enroll alice alice1.jpg alice2.jpg
     biomem add "My PIN is 1234" --probe alice3.jpg
     biomem ask "What is my PIN?" --probe alice3.jpg
-    biomem forget 1
+    biomem forget --probe alice4.jpg
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from .errors import BioMemError
@@ -50,15 +51,39 @@ def cmd_search(args: argparse.Namespace) -> None:
 def cmd_ask(args: argparse.Namespace) -> None:
     with _memory(args) as mem:
         answer = mem.ask(args.question, probe=args.probe, k=args.k)
-        who = answer.gate.labels.get(answer.gate.identity, "nobody (no memory context)")
-        print(f"[gate: {who}; {len(answer.notes)} note(s) in, {answer.gated_out} gated out]")
+        view = answer.as_dict()
+        if view["gate"]["matched"]:
+            print(f"[gate: {view['gate']['label']}; {len(answer.notes)} note(s) in, "
+                  f"{view['gated_out']['total']} kept out]")
+        else:
+            print("[gate: no match (no memory context)]")
         print(answer.text)
 
 
 def cmd_forget(args: argparse.Namespace) -> None:
     with _memory(args) as mem:
-        mem.forget(args.identity)
-        print(f"forgot identity {args.identity}: notes, links, history, templates and index entries")
+        erased = mem.forget(probe=args.probe, identity=args.identity)
+        print(f"forgot identity {erased}: notes, links, history, templates and index entries")
+
+
+def cmd_rekey(args: argparse.Namespace) -> None:
+    """Re-seal every template under a new key, then write that key where the old one was read."""
+    from .sealing import encode_key, key_file, new_key, write_key
+
+    key = new_key()
+    target = Path(args.key_file).expanduser() if args.key_file else key_file()
+    partial = target.with_name(target.name + ".new")
+    write_key(partial, key)  # kept beside the old key until the database holds the new seal
+    try:
+        with _memory(args) as mem:
+            mem.store.rekey(key)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    partial.replace(target)
+    print(f"re-sealed every template of {args.db} under a new key, written to {target}")
+    if os.environ.get("BIOMEM_KEY"):
+        print(f"BIOMEM_KEY is set: replace its value with the new key ({encode_key(key)[:4]}…) from {target}")
 
 
 def cmd_stats(args: argparse.Namespace) -> None:
@@ -75,8 +100,9 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
         print(f"histograms: {report.plot(args.plot)}")
     if args.save:
         with _memory(args) as mem:
-            tau = save(report, mem, which=args.save)
-            print(f"saved τ = {tau:.4f} ({args.save}) for {args.modality} in {args.db}")
+            tau = save(report, mem, which=args.save, step_up=args.step_up)
+            kind = "step-up τ" if args.step_up else "τ"
+            print(f"saved {kind} = {tau:.4f} ({args.save}) for {args.modality} in {args.db}")
 
 
 def cmd_encoders(args: argparse.Namespace) -> None:
@@ -123,8 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
 
     p = sub.add_parser("forget", help="erase an identity and everything it owns")
-    p.add_argument("identity", type=int)
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--probe", help="image of the person to erase (step-up match)")
+    who.add_argument("--identity", type=int, help="identity id (operator)")
     p.set_defaults(func=cmd_forget)
+
+    p = sub.add_parser("rekey", help="re-seal every template under a new key (renewability)")
+    p.add_argument("--key-file", default=None, help="where to write the new key (default: the key file)")
+    p.set_defaults(func=cmd_rekey)
 
     sub.add_parser("stats", help="counts, identities, thresholds").set_defaults(func=cmd_stats)
     sub.add_parser("encoders", help="the biometric encoders the registry knows, as JSON") \
@@ -138,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None, help="write the score histograms to this PNG")
     p.add_argument("--save", choices=["intersection", "fmr"], default=None,
                    help="store τ by this rule for the modality in --db")
+    p.add_argument("--step-up", action="store_true",
+                   help="store it as the stricter step-up τ of destructive actions (use a lower --fmr)")
     p.set_defaults(func=cmd_calibrate)
     sub.add_parser("demo", help="enrol sample faces, add memories, ask as owner and stranger") \
         .set_defaults(func=cmd_demo)

@@ -58,7 +58,8 @@ def build_demo(mem: BioMemory, palm_encoder: str | None = None) -> dict[str, int
     with their memories; returns label -> identity id."""
     ids = {}
     for person, (label, memories) in enumerate(DEMO_PEOPLE.items()):
-        identity = mem.enroll(label, [demo_capture(person, 0), demo_capture(person, 1)], modality="face-dlib")
+        identity = mem.enroll(label, [demo_capture(person, 0), demo_capture(person, 1)], modality="face-dlib",
+                              sample=True)
         if palm_encoder:
             seed = DEMO_PALM_SEEDS[label]
             mem.add_templates(identity.id, [demo_palm(seed, 0), demo_palm(seed, 1)], palm_encoder)

@@ -51,3 +51,49 @@ class StoreCorruptError(BioMemError, RuntimeError):
 
 class LLMError(BioMemError, RuntimeError):
     """An LLM backend could not be reached or configured."""
+
+
+class UnknownModalityError(InvalidInputError, LookupError):
+    """No encoder of that name is registered (built-in, entry point or register())."""
+
+
+class EnrolmentError(BioMemError, ValueError):
+    """An enrolment or added capture that would let one person pose as another; nothing was written."""
+
+
+class AlreadyEnrolledError(EnrolmentError):
+    """The samples match someone already enrolled (never says whom)."""
+
+
+class InconsistentSamplesError(EnrolmentError):
+    """The samples of one enrolment do not all show the same person."""
+
+
+class DuplicateLabelError(EnrolmentError):
+    """Another identity already has this label (labels are unique, case-insensitive)."""
+
+
+class StepUpRequiredError(BioMemError, PermissionError):
+    """A destructive or broad action needs a fresh probe that clears the stricter step-up τ
+    (of every modality the identity enrolled)."""
+
+
+class TooManyAttemptsError(BioMemError, PermissionError):
+    """Too many probes from this client matched nobody: refused without encoding, for a cool-down."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class KeyUnavailableError(BioMemError, RuntimeError):
+    """The key that seals this store's templates is missing or wrong; nothing was read or written."""
+
+
+class ForgetIncompleteError(BioMemError, RuntimeError):
+    """forget() could not erase every byte in time (a reader held the WAL); the rows are gone,
+    the caller must retry before telling the person their data is erased."""
+
+
+class DisclosureError(BioMemError, ValueError):
+    """The disclosure setting would reveal real people (demo mode on a store with real enrolments)."""

@@ -21,30 +21,46 @@ import numpy as np
 import modalities
 
 from .agent import MemoryAgent
-from .errors import InvalidInputError, ModalityMismatchError, StoreCorruptError, UnknownIdentityError
+from .disclosure import DISCLOSURES, gate_view, kept_out_view, note_view
+from .enrolment import check_captures_fit, check_not_enrolled, check_one_person
+from .errors import (
+    DisclosureError,
+    InvalidInputError,
+    ModalityMismatchError,
+    StepUpRequiredError,
+    StoreCorruptError,
+    UnknownIdentityError,
+    UnknownModalityError,
+)
 from .gate import FUSIONS, POLICIES, Gate, GateResult, Probe, fuse
+from .limits import AttemptLimiter, AttemptLimits
 from .llm import LLM, answer_prompt, make_llm
 from .partitions import Partitions
-from .store import Identity, Note, Store
+from .store import Identity, Note, Store, check_id
 from .textenc import TextEncoder
 from .timeparse import parse_timestamp
 
 log = logging.getLogger(__name__)
 
+Clients = str | Sequence[str] | None  # a requester's keys for attempt limits: session, address
 DEFAULT_ENCODER = "face-dlib"
 
 
 @dataclass
 class SearchResult:
-    """Retrieval under the gate: the decision, the admitted top-K, how many notes stayed out."""
+    """Retrieval under the gate: the decision, the admitted top-K, how many notes stayed out.
+
+    `gate` is the full decision for trusted in-process code (evaluation, tests); `as_dict()`
+    is what a requester may be shown, under the store's disclosure policy.
+    """
 
     gate: GateResult
     notes: list[tuple[Note, float]]
     gated_out: int
+    view: dict[str, Any] = field(default_factory=dict)  # disclosed gate and kept-out views
 
     def as_dict(self) -> dict[str, Any]:
-        return {"results": [{**n.as_dict(), "score": s} for n, s in self.notes],
-                "gate": self.gate.as_dict(), "gated_out": self.gated_out}
+        return {"results": [note_view(n, s) for n, s in self.notes], **self.view}
 
 
 @dataclass
@@ -56,24 +72,45 @@ class Answer:
     gate: GateResult
     prompt: str
     gated_out: int = 0
+    view: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"answer": self.text, "results": [{**n.as_dict(), "score": s} for n, s in self.notes],
-                "gate": self.gate.as_dict(), "gated_out": self.gated_out}
+        return {"answer": self.text, "results": [note_view(n, s) for n, s in self.notes], **self.view}
 
 
 @dataclass
 class _Probes:
-    """Lazily created biometric encoders, one per modality name."""
+    """Lazily created biometric encoders, one per modality name (one lock per name, so a slow
+    first load of one encoder never holds up requests that use another)."""
 
     encoders: dict[str, modalities.Encoder] = field(default_factory=dict)
+    locks: dict[str, threading.Lock] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def info(self, name: str) -> modalities.EncoderInfo:
+        """Metadata of a loaded encoder instance, else the registry's (UnknownModalityError)."""
+        encoder = self.encoders.get(name)
+        return encoder.info if encoder is not None else encoder_info(name)
+
     def get(self, name: str) -> modalities.Encoder:
+        encoder = self.encoders.get(name)
+        if encoder is not None:
+            return encoder
+        encoder_info(name)  # an unknown name is a typed error before any lock is held
         with self.lock:
+            lock = self.locks.setdefault(name, threading.Lock())
+        with lock:
             if name not in self.encoders:
                 self.encoders[name] = modalities.create(name)
             return self.encoders[name]
+
+
+def encoder_info(name: str) -> modalities.EncoderInfo:
+    """The registry's metadata of `name`; UnknownModalityError for a name it does not know."""
+    try:
+        return modalities.info(name)
+    except KeyError:
+        raise UnknownModalityError(f"unknown encoder {name!r}; available: {', '.join(modalities.names())}") from None
 
 
 class BioMemory:
@@ -87,20 +124,35 @@ class BioMemory:
     policy: "best" admits only the best-matching identity; "all" every identity at or above τ.
     fusion: how a probe carrying several modalities is judged: "all" must match (default),
         "any" suffices, or "sum" of the margins above each τ.
+    disclosure: "private" (default, $BIOMEM_DISCLOSURE) or "demo" (see biomem.disclosure);
+        "demo" on a store with real enrolments needs force_disclosure=True.
+    limits: attempt limits per client (default $BIOMEM_ATTEMPTS or 20 misses per 10 minutes),
+        "off" for none; they apply to calls that pass client=.
+    key: the 32-byte template key (default $BIOMEM_KEY or the key file, see biomem.sealing).
+
+    Calls keyed by a probe are the requester's surface (the UI and API use only these);
+    calls keyed by identity= (add, add_many, add_templates without probe, forget) are the
+    trusted operator's, for imports and administration.
     """
 
     def __init__(self, path: str | os.PathLike = "biomem.db", *,
                  encoder: str | modalities.Encoder | None = None,
                  text_model: str | TextEncoder | None = None, llm: str | LLM | None = None,
                  policy: str = "best", fusion: str = "all", k: int = 10,
-                 hnsw_threshold: int = 20_000) -> None:
+                 hnsw_threshold: int = 20_000, disclosure: str | None = None,
+                 force_disclosure: bool = False, limits: AttemptLimits | str | None = None,
+                 key: bytes | None = None) -> None:
         if policy not in POLICIES:
             raise InvalidInputError(f"policy must be one of {POLICIES}, got {policy!r}")
         if fusion not in FUSIONS:
             raise InvalidInputError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
         self.fusion = fusion
         self.path = Path(path)
-        self.store = Store(self.path)
+        self.store = Store(self.path, key=key)
+        self.disclosure = self._check_disclosure(disclosure or os.environ.get("BIOMEM_DISCLOSURE") or "private",
+                                                 force_disclosure)
+        self.limiter = AttemptLimiter(AttemptLimits.parse(limits) if isinstance(limits, str)
+                                      else limits if limits is not None else AttemptLimits.from_env())
         self.text = text_model if isinstance(text_model, TextEncoder) else TextEncoder(text_model)
         self._check_text_model()
         self._encoders = _Probes()
@@ -109,15 +161,26 @@ class BioMemory:
             encoder = encoder.name
         stored_encoder = self.store.get_meta("default_modality")
         self.modality = encoder or stored_encoder or os.environ.get("BIOMEM_ENCODER") or DEFAULT_ENCODER
+        self._encoders.info(self.modality)
         if stored_encoder is None:
             self.store.set_meta("default_modality", self.modality)
         self.policy = policy
-        self.k = k
+        self.k = check_k(k)
         self.gate = Gate(self.store)
         self.partitions = Partitions(self.store, self.path.with_name(self.path.name + ".index"),
                                      self.text.dim, hnsw_threshold=hnsw_threshold)
         self.llm = make_llm(llm, self.text)
         self.agent = MemoryAgent(self.store, self.partitions, self.text, self.llm)
+        self._enrolling = threading.Lock()  # check-then-insert of enrolments is one step
+
+    def _check_disclosure(self, mode: str, force: bool) -> str:
+        if mode not in DISCLOSURES:
+            raise InvalidInputError(f"disclosure must be one of {DISCLOSURES}, got {mode!r}")
+        real = [i for i in self.store.identities() if not i.sample]
+        if mode == "demo" and real and not force:
+            raise DisclosureError(f"disclosure 'demo' shows labels and scores, and this store holds "
+                                  f"{len(real)} real enrolment(s); use 'private', or force it")
+        return mode
 
     def _check_text_model(self) -> None:
         dim = self.store.get_meta("text_dim")
@@ -155,20 +218,37 @@ class BioMemory:
         name = modality or self.modality
         return Probe(self.encoder(name).encode(sample), name)
 
-    def threshold(self, modality: str | None = None) -> float:
-        """τ of `modality`: the calibrated value stored in the DB, else the encoder's default."""
+    def threshold(self, modality: str | None = None, *, step_up: bool = False) -> float:
+        """τ of `modality`: the calibrated value stored in the DB, else the encoder's default.
+
+        step_up: the stricter τ that destructive or broad actions need (never below τ).
+        """
         name = modality or self.modality
         stored = self.store.threshold(name)
-        return stored[0] if stored else modalities.info(name).default_threshold
+        tau = stored[0] if stored else self._encoders.info(name).default_threshold
+        if not step_up:
+            return tau
+        strict = self.store.threshold(name, step_up=True)
+        if strict:
+            return max(tau, strict[0])
+        try:
+            default = self._encoders.info(name).step_up_threshold
+        except UnknownModalityError:  # precomputed probes of an unregistered modality
+            default = None
+        return max(tau, tau if default is None else default)
 
-    def set_threshold(self, tau: float, modality: str | None = None, source: str = "manual") -> None:
-        """Store τ for `modality` (for example from calibration)."""
+    def set_threshold(self, tau: float, modality: str | None = None, source: str = "manual", *,
+                      step_up: bool = False) -> None:
+        """Store τ (or the step-up τ) for `modality`, for example from calibration."""
         if not -1.0 <= float(tau) <= 1.0:
             raise InvalidInputError(f"τ is a cosine and must lie in [-1, 1], got {tau}")
-        self.store.set_threshold(modality or self.modality, float(tau), source)
+        name = modality or self.modality
+        self.store.set_threshold(name, float(tau), source, step_up=step_up)
 
     def probes(self, probe: Any) -> list[Probe]:
         """One or more Probes from a sample, a Probe, a list of them, or {modality: sample}."""
+        if probe is None:
+            raise InvalidInputError("a probe is needed")
         if isinstance(probe, dict):
             probes = [self.probe(sample, modality) for modality, sample in probe.items()]
         elif isinstance(probe, (list, tuple)):
@@ -177,36 +257,66 @@ class BioMemory:
             probes = [self.probe(probe)]
         if not probes:
             raise InvalidInputError("a probe is needed")
-        return probes
-
-    def identify(self, probe: Any, *, policy: str | None = None, fusion: str | None = None) -> GateResult:
-        """Run the gate: which identities may this requester's notes come from.
-
-        A probe of several modalities (a list, or {modality: sample}) is fused (`fusion`).
-        """
-        policy = policy or self.policy
-        probes = self.probes(probe)
         enrolled = self.gate.modalities()
         for p in probes:
             if enrolled and p.modality not in enrolled:
                 raise ModalityMismatchError(f"no {p.modality!r} templates in this store; "
                                             f"enrolled modalities: {', '.join(enrolled)}")
+        return probes
+
+    def identify(self, probe: Any, *, policy: str | None = None, fusion: str | None = None,
+                 client: Clients = None) -> GateResult:
+        """Run the gate: which identities may this requester's notes come from.
+
+        A probe of several modalities (a list, or {modality: sample}) is fused (`fusion`).
+        client: the requester's keys (session, address) for attempt limits: a client in
+        cool-down is refused before any encoder runs, and a non-match counts as a miss.
+        """
+        policy = policy or self.policy
+        self.limiter.check(client)
+        probes = self.probes(probe)
         if len(probes) == 1:
             result = self.gate.decide(probes[0], self.threshold(probes[0].modality), policy)
         else:
             parts = [self.gate.decide(p, self.threshold(p.modality), "all") for p in probes]
             result = fuse(parts, fusion or self.fusion, policy)
         result.labels = {i: self.store.identity(i).label for i in result.admitted}
+        if not result.matched:
+            self.limiter.miss(client)
         return result
 
-    def _owner(self, probe: Any) -> int:
-        gate = self.identify(probe, policy="best")
+    def _owner(self, probe: Any, client: Clients = None) -> int:
+        gate = self.identify(probe, policy="best", client=client)
         if gate.identity is None:
             raise UnknownIdentityError("the probe matches no enrolled identity")
         return gate.identity
 
-    def enroll(self, label: str, samples: Iterable[Any], modality: str | None = None) -> Identity:
-        """Create an identity from one or more captures (images or Probes of one modality)."""
+    def verify(self, probe: Any, action: str = "this action", *, client: Clients = None) -> int:
+        """Step-up: the identity a fresh probe proves at the stricter τ, with a probe of every
+        modality that identity enrolled; StepUpRequiredError otherwise."""
+        self.limiter.check(client)
+        probes = self.probes(probe)
+        decided = {self.gate.decide(p, self.threshold(p.modality, step_up=True), "best").identity for p in probes}
+        owner = decided.pop() if len(decided) == 1 else None
+        if owner is None:
+            self.limiter.miss(client)
+            raise StepUpRequiredError(f"{action} needs a fresh, clear probe of you (a stricter match than "
+                                      "asking): nothing was changed")
+        missing = set(self.store.modalities(owner)) - {p.modality for p in probes}
+        if missing:
+            raise StepUpRequiredError(f"{action} needs a probe of each kind you enrolled "
+                                      f"({', '.join(sorted(missing))} missing): nothing was changed")
+        return owner
+
+    def enroll(self, label: str, samples: Iterable[Any], modality: str | None = None, *,
+               sample: bool = False) -> Identity:
+        """Create an identity from one or more captures (images or Probes of one modality).
+
+        Refused, with nothing written, when the samples do not all show one person
+        (InconsistentSamplesError), when that person is already enrolled
+        (AlreadyEnrolledError) or when the label is taken (DuplicateLabelError).
+        sample: mark a demo person, whom the "demo" disclosure may show.
+        """
         if not isinstance(label, str) or not label.strip():
             raise InvalidInputError("an identity needs a non-empty label")
         probes = [self.probe(s, modality) for s in self._as_list(samples)]
@@ -215,16 +325,37 @@ class BioMemory:
         names = {p.modality for p in probes}
         if len(names) > 1:
             raise ModalityMismatchError(f"enrol one modality at a time, got {sorted(names)}")
-        return self.store.add_identity(label.strip(), names.pop(), np.stack([p.embedding for p in probes]))
+        name = names.pop()
+        tau = self.threshold(name)
+        check_one_person(probes, tau)
+        with self._enrolling:
+            check_not_enrolled(self.gate, probes, tau)
+            return self.store.add_identity(label.strip(), name, np.stack([p.embedding for p in probes]),
+                                           sample=sample)
 
-    def add_templates(self, identity_id: int, samples: Iterable[Any], modality: str | None = None) -> None:
-        """Add more captures (of any modality) to an existing identity."""
+    def add_templates(self, identity_id: int, samples: Iterable[Any], modality: str | None = None, *,
+                      probe: Any = None, client: Clients = None) -> None:
+        """Add captures to an identity: each must be that person's and nobody else's.
+
+        With `probe`, the requester proves by step-up that they are `identity_id` (the way to
+        add a first palm to a face-enrolled identity); without it, a trusted operator call.
+        """
+        identity_id = self.store.identity(identity_id).id
+        if probe is not None and self.verify(probe, "Adding captures", client=client) != identity_id:
+            raise StepUpRequiredError("the probe does not prove this identity: nothing was added")
         probes = [self.probe(s, modality) for s in self._as_list(samples)]
         if not probes:
             raise InvalidInputError("add_templates needs at least one sample")
-        for name in {p.modality for p in probes}:
-            self.store.add_templates(identity_id, name,
-                                     np.stack([p.embedding for p in probes if p.modality == name]))
+        with self._enrolling:
+            own = set(self.store.modalities(identity_id))
+            for name in {p.modality for p in probes}:
+                group = [p for p in probes if p.modality == name]
+                check_one_person(group, self.threshold(name))
+                check_captures_fit(self.gate, identity_id, group, self.threshold(name), has_templates=name in own)
+            with self.store.transaction():
+                for name in {p.modality for p in probes}:
+                    self.store.add_templates(identity_id, name,
+                                             np.stack([p.embedding for p in probes if p.modality == name]))
 
     @staticmethod
     def _as_list(samples: Any) -> list[Any]:
@@ -235,10 +366,19 @@ class BioMemory:
     def identities(self) -> list[Identity]:
         return self.store.identities()
 
-    def forget(self, identity_id: int) -> None:
-        """Erase an identity: its notes, links, history, templates and index entries."""
-        self.store.delete_identity(int(identity_id))
-        self.partitions.drop(int(identity_id))
+    def forget(self, *, probe: Any = None, identity: int | None = None, client: Clients = None,
+               timeout: float = 10.0) -> int:
+        """Erase the requester (step-up `probe`) or, as the operator, `identity`: notes, links,
+        history, templates and index files. Returns the erased id once no byte of it is left
+        in the database, its WAL or the index folder (ForgetIncompleteError otherwise)."""
+        if (identity is None) == (probe is None):
+            raise InvalidInputError("forget() takes exactly one of probe= or identity=")
+        owner = self.verify(probe, "Forgetting you", client=client) if probe is not None \
+            else self.store.identity(identity).id
+        self.store.delete_identity(owner)
+        self.partitions.drop(owner)
+        self.store.checkpoint(timeout)
+        return owner
 
     # ---- memories -----------------------------------------------------------------------------
 
@@ -249,13 +389,13 @@ class BioMemory:
         return text.strip()
 
     def add(self, text: str, *, identity: int | None = None, probe: Any = None,
-            timestamp: Any = None) -> Note:
+            timestamp: Any = None, client: Clients = None) -> Note:
         """Remember `text` for `identity` (trusted import) or for whoever `probe` matches."""
         text = self._check_text(text)
         when = parse_timestamp(timestamp)
         if (identity is None) == (probe is None):
             raise InvalidInputError("add() takes exactly one of identity= or probe=")
-        owner = self.store.identity(identity).id if identity is not None else self._owner(probe)
+        owner = self.store.identity(identity).id if identity is not None else self._owner(probe, client)
         (note_id,) = self.agent.ingest(owner, [text], [when])
         return self.store.get_note(owner, note_id)
 
@@ -273,17 +413,26 @@ class BioMemory:
         return ids
 
     def search(self, query: str | np.ndarray, *, probe: Any, k: int | None = None,
-               policy: str | None = None) -> SearchResult:
+               policy: str | None = None, client: Clients = None) -> SearchResult:
         """Gate the probe, then rank the admitted partitions' notes by cosine to `query`.
 
         `query` is a text or a precomputed unit-norm text embedding.
         """
-        gate = self.identify(probe, policy=policy)
-        return self._search_admitted(gate, query, k or self.k)
+        k = check_k(self.k if k is None else k)
+        vector = self._query_vector(query)
+        gate = self.identify(probe, policy=policy, client=client)
+        return self._search_admitted(gate, vector, k)
 
-    def _search_admitted(self, gate: GateResult, query: str | np.ndarray, k: int) -> SearchResult:
-        vector = self.text.encode_one(self._check_text(query)) if isinstance(query, str) \
-            else np.asarray(query, dtype=np.float32)
+    def _query_vector(self, query: str | np.ndarray) -> np.ndarray:
+        if isinstance(query, str):
+            return self.text.encode_one(self._check_text(query))
+        vector = np.asarray(query, dtype=np.float32) if isinstance(query, (np.ndarray, list, tuple)) else None
+        if vector is None or vector.shape != (self.text.dim,) or not np.isfinite(vector).all() \
+                or not np.any(vector):
+            raise InvalidInputError(f"a query is a text or a finite non-zero {self.text.dim}-d vector")
+        return vector / np.linalg.norm(vector)
+
+    def _search_admitted(self, gate: GateResult, vector: np.ndarray, k: int) -> SearchResult:
         hits: list[tuple[int, int, float]] = []
         pool = 0
         for owner in gate.admitted:
@@ -297,54 +446,64 @@ class BioMemory:
             scores = dict(mine)
             notes += [(n, scores[n.id]) for n in self.store.get_notes(owner, [i for i, _ in mine])]
         notes.sort(key=lambda pair: (-pair[1], pair[0].timestamp, pair[0].id))
-        return SearchResult(gate=gate, notes=notes, gated_out=self.store.note_total() - pool)
+        return SearchResult(gate=gate, notes=notes, gated_out=self.store.note_total() - pool,
+                            view=self.disclose(gate))
+
+    def disclose(self, gate: GateResult) -> dict[str, Any]:
+        """The gate decision and the kept-out summary as this store's disclosure policy allows."""
+        people = {i.id: i for i in self.store.identities()}
+        return {"gate": gate_view(gate, people, self.disclosure),
+                "gated_out": kept_out_view(gate, self.store.note_summary(), people, self.disclosure)}
 
     def ask(self, question: str, *, probe: Any, k: int | None = None, temporal: bool = False,
-            policy: str | None = None) -> Answer:
+            policy: str | None = None, client: Clients = None) -> Answer:
         """Answer from the requester's own memories only; a stranger's LLM sees no memory."""
-        result = self.search(question, probe=probe, k=k, policy=policy)
+        result = self.search(question, probe=probe, k=k, policy=policy, client=client)
         notes = [n for n, _ in result.notes]
         return Answer(text=self.llm.answer(question, notes, temporal), notes=result.notes,
                       gate=result.gate, prompt=answer_prompt(question, notes, temporal),
-                      gated_out=result.gated_out)
+                      gated_out=result.gated_out, view=result.view)
 
-    def get(self, note_id: int, *, probe: Any) -> Note:
+    def get(self, note_id: int, *, probe: Any, client: Clients = None) -> Note:
         """One of the requester's notes (another owner's id raises NoteNotFoundError)."""
-        return self.store.get_note(self._owner(probe), note_id)
+        note_id = check_id(note_id)
+        return self.store.get_note(self._owner(probe, client), note_id)
 
-    def get_all(self, *, probe: Any) -> list[Note]:
-        """Every note of the requester, oldest first."""
-        return self.store.all_notes(self._owner(probe))
+    def get_all(self, *, probe: Any, client: Clients = None) -> list[Note]:
+        """Every note of the requester, oldest first (a broad read: step-up probe)."""
+        return self.store.all_notes(self.verify(probe, "Listing all your notes", client=client))
 
-    def update(self, note_id: int, text: str, *, probe: Any) -> Note:
-        """Rewrite one of the requester's notes (analysed and embedded again; history kept)."""
-        text = self._check_text(text)
-        return self.agent.rewrite(self._owner(probe), note_id, text)
+    def update(self, note_id: int, text: str, *, probe: Any, client: Clients = None) -> Note:
+        """Rewrite one of the requester's notes (step-up probe; analysed and embedded again)."""
+        note_id, text = check_id(note_id), self._check_text(text)
+        return self.agent.rewrite(self.verify(probe, "Changing a note", client=client), note_id, text)
 
-    def delete(self, note_id: int, *, probe: Any) -> Note:
-        """Delete one of the requester's notes; returns what was deleted."""
-        owner = self._owner(probe)
+    def delete(self, note_id: int, *, probe: Any, client: Clients = None) -> Note:
+        """Delete one of the requester's notes (step-up probe); returns what was deleted."""
+        note_id = check_id(note_id)
+        owner = self.verify(probe, "Deleting a note", client=client)
         note, generation = self.store.delete_note(owner, note_id)
         self.partitions.deleted(owner, note_id, generation)
         return note
 
-    def history(self, note_id: int, *, probe: Any) -> list[dict[str, Any]]:
+    def history(self, note_id: int, *, probe: Any, client: Clients = None) -> list[dict[str, Any]]:
         """Every add/update/evolve/delete of one of the requester's notes, oldest first."""
-        return self.store.history(self._owner(probe), note_id)
-
-    def gated_out_summary(self, gate: GateResult) -> list[dict[str, Any]]:
-        """Owners the gate kept out: label, note count and latest time — never content."""
-        labels = {i.id: i.label for i in self.store.identities()}
-        return sorted(({"identity": owner, "label": labels[owner], "count": count, "latest": latest}
-                       for owner, (count, latest) in self.store.note_summary().items()
-                       if owner not in gate.admitted),
-                      key=lambda row: (-row["count"], row["label"]))
+        note_id = check_id(note_id)
+        return self.store.history(self._owner(probe, client), note_id)
 
     def stats(self) -> dict[str, Any]:
-        """Counts, identities with their note counts, modalities and thresholds."""
+        """Operator view: counts, identities with their note counts, modalities and thresholds."""
         per_owner = {owner: count for owner, (count, _) in self.store.note_summary().items()}
         return {"path": str(self.path), **self.store.counts(),
-                "per_identity": {i.label: per_owner.get(i.id, 0) for i in self.store.identities()},
+                "per_identity": {f"{i.id}: {i.label}": per_owner.get(i.id, 0) for i in self.store.identities()},
                 "default_modality": self.modality,
                 "modalities": {m: self.threshold(m) for m in {self.modality, *self.store.modalities()}},
-                "text_model": self.text.name, "llm": self.llm.name, "policy": self.policy}
+                "text_model": self.text.name, "llm": self.llm.name, "policy": self.policy,
+                "disclosure": self.disclosure}
+
+
+def check_k(k: Any) -> int:
+    """k as a positive int; InvalidInputError otherwise."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
+        raise InvalidInputError(f"k is the number of notes to retrieve, a positive integer; got {k!r}")
+    return int(k)

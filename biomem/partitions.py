@@ -9,6 +9,7 @@ stamped with the owner's generation so a stale or missing file is rebuilt, never
 from __future__ import annotations
 
 import json
+import os
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,6 +33,21 @@ class Partition:
     by_id: np.ndarray | None = None  # argsort(ids) for mapping hnsw labels, built on first use
 
     # A Partition is a snapshot: ids and matrix are never changed in place (see Partitions.added).
+
+
+def wipe(path: Path) -> None:
+    """Overwrite a file with zeros, flush it to disk, then delete it (no-op when absent)."""
+    try:
+        with open(path, "r+b") as handle:
+            size = handle.seek(0, 2)
+            handle.seek(0)
+            for _ in range(0, size, 1 << 20):
+                handle.write(bytes(min(1 << 20, size - handle.tell())))
+            handle.flush()
+            os.fsync(handle.fileno())
+    except FileNotFoundError:
+        return
+    path.unlink(missing_ok=True)
 
 
 class Partitions:
@@ -71,7 +87,7 @@ class Partitions:
         index = hnswlib.Index(space="ip", dim=self.dim)
         if index_file.exists() and stamp_file.exists():
             stamp = json.loads(stamp_file.read_text())
-            if stamp == {"generation": part.generation, "count": len(part.ids), "dim": self.dim}:
+            if stamp == self._stamp(part):
                 index.load_index(str(index_file))
                 index.set_ef(max(self.ef_search, 10))
                 return index
@@ -82,13 +98,24 @@ class Partitions:
         self._save(owner_id, part)
         return index
 
+    def _stamp(self, part: Partition) -> dict:
+        """What an index file must match to be trusted: this store, the owner's generation."""
+        return {"store": self.store.store_id, "generation": part.generation, "count": len(part.ids),
+                "dim": self.dim}
+
     def _save(self, owner_id: int, part: Partition) -> None:
+        """Write the owner's index, unless the owner is gone or moved on (another instance
+        forgot or changed it): a forgotten person's vectors are never written back."""
+        if self.store.generation(owner_id) != part.generation:
+            self._cache.pop(owner_id, None)
+            return
         index_file, stamp_file = self._files(owner_id)
         self.index_dir.mkdir(parents=True, exist_ok=True)
         part.hnsw.save_index(str(index_file))
-        stamp_file.write_text(json.dumps({"generation": part.generation, "count": len(part.ids),
-                                          "dim": self.dim}))
+        stamp_file.write_text(json.dumps(self._stamp(part)))
         part.dirty = False
+        if self.store.generation(owner_id) == -1:  # forgotten while we wrote
+            self.drop(owner_id)
 
     def search(self, owner_id: int, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """Top-k (note id, cosine) inside one owner's partition, best first, ties oldest first."""
@@ -122,11 +149,12 @@ class Partitions:
         return len(self.get(owner_id).ids)
 
     def drop(self, owner_id: int) -> None:
-        """Forget an owner's partition: the cached matrix and the index files."""
+        """Forget an owner's partition: the cached matrix and the index files, overwritten
+        with zeros before they are unlinked."""
         with self._lock:
             self._cache.pop(owner_id, None)
             for path in self._files(owner_id):
-                path.unlink(missing_ok=True)
+                wipe(path)
 
     def cached_owners(self) -> list[int]:
         with self._lock:
@@ -186,6 +214,6 @@ class Partitions:
     def flush(self) -> None:
         """Write every hnsw index changed in memory, stamped with its generation."""
         with self._lock:
-            for owner_id, part in self._cache.items():
+            for owner_id, part in list(self._cache.items()):
                 if part.hnsw is not None and part.dirty:
                     self._save(owner_id, part)

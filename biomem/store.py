@@ -8,8 +8,10 @@ threads behind one lock (the single write path); WAL keeps other processes' read
 from __future__ import annotations
 
 import json
+import secrets
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,28 +22,42 @@ from typing import Any
 import numpy as np
 import sqlite_utils
 
-from .errors import NoteNotFoundError, StoreCorruptError, UnknownIdentityError
+from .errors import (
+    DuplicateLabelError,
+    ForgetIncompleteError,
+    InvalidInputError,
+    NoteNotFoundError,
+    StoreCorruptError,
+    UnknownIdentityError,
+)
+from .migrations import migrate_1_to_2
+from .sealing import Sealer, load_key
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
+# Version 2: ids are AUTOINCREMENT (never reused, so nothing keyed by an id can reach a later
+# person), labels are unique case-insensitively, templates are sealed, thresholds carry a
+# stricter step-up τ, identities say whether they are sample people (see disclosure).
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS identities (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     label TEXT NOT NULL,
+    label_key TEXT NOT NULL UNIQUE,  -- casefolded label
     created TEXT NOT NULL,
-    generation INTEGER NOT NULL DEFAULT 0  -- bumped on every change to the owner's notes
+    generation INTEGER NOT NULL DEFAULT 0,  -- bumped on every change to the owner's notes
+    sample INTEGER NOT NULL DEFAULT 0  -- 1: a demo/sample person, not a real enrolment
 );
 CREATE TABLE IF NOT EXISTS templates (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     identity_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
     modality TEXT NOT NULL,
-    embedding BLOB NOT NULL,
+    embedding BLOB NOT NULL,  -- AES-GCM sealed float32 vector (biomem.sealing)
     created TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS templates_by_modality ON templates(modality, identity_id);
 CREATE TABLE IF NOT EXISTS notes (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     owner_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
     content TEXT NOT NULL,
     timestamp TEXT NOT NULL,
@@ -68,7 +84,7 @@ WHEN (SELECT owner_id FROM notes WHERE id = NEW.source_id) IS NOT NEW.owner_id
   OR (SELECT owner_id FROM notes WHERE id = NEW.target_id) IS NOT NEW.owner_id
 BEGIN SELECT RAISE(ABORT, 'links must join two notes of the same owner'); END;
 CREATE TABLE IF NOT EXISTS history (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     owner_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
     note_id INTEGER NOT NULL,
     event TEXT NOT NULL,          -- add | update | evolve | delete
@@ -79,8 +95,10 @@ CREATE TABLE IF NOT EXISTS history (
 CREATE INDEX IF NOT EXISTS history_by_note ON history(owner_id, note_id);
 CREATE TABLE IF NOT EXISTS thresholds (
     modality TEXT PRIMARY KEY,
-    tau REAL NOT NULL,
-    source TEXT NOT NULL,
+    tau REAL,  -- the gate's τ
+    source TEXT,
+    tau_strict REAL,  -- step-up τ (lower false-match rate) for destructive or broad actions
+    strict_source TEXT,
     updated TEXT NOT NULL
 );
 """
@@ -110,12 +128,20 @@ def from_blob(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype=np.float32)
 
 
+def check_id(value: object, what: str = "note") -> int:
+    """A row id as a positive int; InvalidInputError for anything else (bools, floats, text)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) <= 0:
+        raise InvalidInputError(f"a {what} id is a positive integer, got {value!r}")
+    return int(value)
+
+
 @dataclass
 class Identity:
     """An enrolled person: the owner of notes and templates."""
 
     id: int
     label: str
+    sample: bool = False  # a demo/sample person (may be shown under the "demo" disclosure)
 
 
 @dataclass
@@ -145,9 +171,13 @@ class Note:
 
 
 class Store:
-    """Typed access to the SQLite file; every public method is atomic and thread-safe."""
+    """Typed access to the SQLite file; every public method is atomic and thread-safe.
 
-    def __init__(self, path: str | Path) -> None:
+    key: the 32-byte key that seals templates (default: $BIOMEM_KEY or the key file, see
+    biomem.sealing); a store whose templates were sealed under another key does not open.
+    """
+
+    def __init__(self, path: str | Path, *, key: bytes | None = None) -> None:
         self.path = Path(path)
         self.lock = threading.RLock()
         self.closed = False
@@ -159,18 +189,80 @@ class Store:
             for pragma in ("journal_mode=WAL", "foreign_keys=ON", "secure_delete=ON",
                            "synchronous=NORMAL", "busy_timeout=30000"):
                 self.db.execute(f"PRAGMA {pragma}")
-            with self.transaction() as db:
-                for statement in _statements(SCHEMA):
-                    db.execute(statement)
-                db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                           [str(SCHEMA_VERSION)])
+            new = "meta" not in self.db.table_names()
+            version = SCHEMA_VERSION if new else int(self.get_meta("schema_version", "0"))
+            if version > SCHEMA_VERSION:
+                raise StoreCorruptError(f"{self.path} has schema version {version}, "
+                                        f"this Bio-Memory reads versions up to {SCHEMA_VERSION}")
+            self.sealer = self._open_sealer(key)
+            if version < SCHEMA_VERSION:
+                self._migrate(version)
+            else:
+                with self.transaction() as db:
+                    self._create_schema()
+                    db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
         except sqlite3.DatabaseError as exc:
             raise StoreCorruptError(f"{self.path} is not a readable SQLite database ({exc}); "
                                     "it was left untouched") from exc
-        version = int(self.get_meta("schema_version"))
-        if version != SCHEMA_VERSION:
-            raise StoreCorruptError(f"{self.path} has schema version {version}, "
-                                    f"this Bio-Memory reads version {SCHEMA_VERSION}")
+
+    def _create_schema(self) -> None:
+        for statement in _statements(SCHEMA):
+            self.db.execute(statement)
+        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", [secrets.token_hex(16)])
+
+    def _open_sealer(self, key: bytes | None) -> Sealer:
+        """The template sealer, checked against the stored check value (written for a new store)."""
+        tables = set(self.db.table_names())
+        check = self.get_meta("key_check") if "meta" in tables else None
+        sealer = Sealer(key if key is not None else load_key(create=check is None))
+        if check is not None:
+            sealer.verify(bytes.fromhex(check), b"key-check")
+        else:  # a new store, or a version-1 one about to be sealed
+            with self.transaction() as db:
+                db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                db.execute("INSERT INTO meta VALUES ('key_check', ?)",
+                           [sealer.check_value(b"key-check").hex()])
+        return sealer
+
+    def _migrate(self, version: int) -> None:
+        """Upgrade in one transaction (foreign keys off while tables are rebuilt), then compact."""
+        if version != 1:
+            raise StoreCorruptError(f"{self.path} has schema version {version}: no migration from it")
+        with self.lock:
+            self.db.execute("PRAGMA foreign_keys=OFF")
+            try:
+                with self.transaction() as db:
+                    migrate_1_to_2(db.conn, self._create_schema, self._seal_row)
+                    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+            finally:
+                self.db.execute("PRAGMA foreign_keys=ON")
+            self.db.execute("VACUUM")  # no plaintext template left in free pages
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    @property
+    def store_id(self) -> str:
+        """Random id of this store, made at creation: index files are stamped with it."""
+        return self.get_meta("store_id")
+
+    def _context(self, identity_id: int, modality: str) -> bytes:
+        return f"template:{self.store_id}:{int(identity_id)}:{modality}".encode()
+
+    def _seal_row(self, vector: np.ndarray, identity_id: int, modality: str) -> bytes:
+        return self.sealer.seal(vector, self._context(identity_id, modality))
+
+    def rekey(self, key: bytes) -> None:
+        """Re-seal every template (and the check value) under `key`, in one transaction."""
+        new = Sealer(key)
+        with self.transaction() as db:
+            rows = db.execute("SELECT id, identity_id, modality, embedding FROM templates").fetchall()
+            for template_id, owner, modality, blob in rows:
+                context = self._context(owner, modality)
+                db.execute("UPDATE templates SET embedding = ? WHERE id = ?",
+                           [new.seal(self.sealer.open(blob, context), context), template_id])
+            db.execute("UPDATE meta SET value = ? WHERE key = 'key_check'", [new.check_value(b"key-check").hex()])
+            self._bump_templates(db)
+        self.sealer = new
+        self.checkpoint()
 
     def _check_is_ours(self) -> None:
         tables = set(self.db.table_names())
@@ -206,6 +298,27 @@ class Store:
             self.db.close()
             self.closed = True
 
+    def checkpoint(self, timeout: float = 10.0) -> None:
+        """Copy the WAL into the main file and truncate it to zero bytes, waiting up to
+        `timeout` seconds for other connections' readers; ForgetIncompleteError if they stay."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            self.db.execute("PRAGMA busy_timeout=100")
+            try:
+                while True:
+                    busy, _, _ = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                    wal = self.path.with_name(self.path.name + "-wal")
+                    if not busy and (not wal.exists() or wal.stat().st_size == 0):
+                        return
+                    if time.monotonic() > deadline:
+                        raise ForgetIncompleteError(
+                            f"another connection kept reading {self.path} for {timeout:g} s, so erased "
+                            "pages are still in its write-ahead log; retry forget() before telling "
+                            "anyone their data is gone")
+                    time.sleep(0.05)
+            finally:
+                self.db.execute("PRAGMA busy_timeout=30000")
+
     # meta and thresholds
     def get_meta(self, key: str, default: str | None = None) -> str | None:
         with self.lock:
@@ -216,31 +329,42 @@ class Store:
         with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
 
-    def threshold(self, modality: str) -> tuple[float, str] | None:
+    def threshold(self, modality: str, *, step_up: bool = False) -> tuple[float, str] | None:
+        """(τ, provenance) stored for `modality` (the step-up τ with `step_up`), else None."""
+        columns = "tau_strict, strict_source" if step_up else "tau, source"
         with self.lock:
-            row = self.db.execute("SELECT tau, source FROM thresholds WHERE modality = ?",
+            row = self.db.execute(f"SELECT {columns} FROM thresholds WHERE modality = ?",
                                   [modality]).fetchone()
-        return (float(row[0]), row[1]) if row else None
+        return (float(row[0]), row[1]) if row and row[0] is not None else None
 
-    def set_threshold(self, modality: str, tau: float, source: str) -> None:
+    def set_threshold(self, modality: str, tau: float, source: str, *, step_up: bool = False) -> None:
+        columns = ("tau_strict", "strict_source") if step_up else ("tau", "source")
         with self.transaction() as db:
-            db.execute("INSERT OR REPLACE INTO thresholds VALUES (?, ?, ?, ?)",
+            db.execute(f"INSERT INTO thresholds (modality, {columns[0]}, {columns[1]}, updated) "
+                       f"VALUES (?, ?, ?, ?) ON CONFLICT(modality) DO UPDATE SET {columns[0]} = excluded."
+                       f"{columns[0]}, {columns[1]} = excluded.{columns[1]}, updated = excluded.updated",
                        [modality, float(tau), source, now_iso()])
 
     # identities and templates
-    def add_identity(self, label: str, modality: str, templates: np.ndarray) -> Identity:
+    def add_identity(self, label: str, modality: str, templates: np.ndarray, *,
+                     sample: bool = False) -> Identity:
+        """A new identity (its id is never reused); DuplicateLabelError if the label is taken."""
         with self.transaction() as db:
-            identity_id = db.execute("INSERT INTO identities (label, created) VALUES (?, ?)",
-                                     [label, now_iso()]).lastrowid
+            if db.execute("SELECT 1 FROM identities WHERE label_key = ?", [label.casefold()]).fetchone():
+                raise DuplicateLabelError(f"the name {label!r} is taken: choose another")
+            identity_id = db.execute(
+                "INSERT INTO identities (label, label_key, created, sample) VALUES (?, ?, ?, ?)",
+                [label, label.casefold(), now_iso(), int(sample)]).lastrowid
             self.add_templates(identity_id, modality, templates)
-        return Identity(identity_id, label)
+        return Identity(identity_id, label, sample)
 
     def add_templates(self, identity_id: int, modality: str, templates: np.ndarray) -> None:
         with self.transaction() as db:
             self.identity(identity_id)
             db.conn.executemany(
                 "INSERT INTO templates (identity_id, modality, embedding, created) VALUES (?, ?, ?, ?)",
-                [(identity_id, modality, to_blob(t), now_iso()) for t in templates])
+                [(identity_id, modality, self._seal_row(t, identity_id, modality), now_iso())
+                 for t in templates])
             self._bump_templates(db)
 
     @staticmethod
@@ -253,37 +377,42 @@ class Store:
 
     def identity(self, identity_id: int) -> Identity:
         with self.lock:
-            row = self.db.execute("SELECT id, label FROM identities WHERE id = ?",
-                                  [int(identity_id)]).fetchone()
+            row = self.db.execute("SELECT id, label, sample FROM identities WHERE id = ?",
+                                  [check_id(identity_id, "identity")]).fetchone()
         if row is None:
             raise UnknownIdentityError(f"no identity with id {identity_id}")
-        return Identity(*row)
+        return Identity(row[0], row[1], bool(row[2]))
 
     def identities(self) -> list[Identity]:
         with self.lock:
-            return [Identity(*r) for r in self.db.execute("SELECT id, label FROM identities ORDER BY id")]
+            return [Identity(i, label, bool(sample)) for i, label, sample in
+                    self.db.execute("SELECT id, label, sample FROM identities ORDER BY id")]
 
     def templates(self, modality: str) -> tuple[np.ndarray, np.ndarray]:
-        """(identity ids, template matrix) of every template of `modality`, grouped by identity."""
+        """(identity ids, opened template matrix) of every template of `modality`, grouped by identity."""
         with self.lock:
             rows = self.db.execute("SELECT identity_id, embedding FROM templates WHERE modality = ? "
                                    "ORDER BY identity_id, id", [modality]).fetchall()
         ids = np.array([r[0] for r in rows], dtype=np.int64)
-        matrix = np.stack([from_blob(r[1]) for r in rows]) if rows else np.zeros((0, 0), np.float32)
+        matrix = (np.stack([self.sealer.open(blob, self._context(owner, modality)) for owner, blob in rows])
+                  if rows else np.zeros((0, 0), np.float32))
         return ids, matrix
 
-    def modalities(self) -> list[str]:
+    def modalities(self, identity_id: int | None = None) -> list[str]:
+        """Modalities with templates (of one identity when given)."""
+        where, args = ("WHERE identity_id = ?", [int(identity_id)]) if identity_id is not None else ("", [])
         with self.lock:
-            return [r[0] for r in self.db.execute("SELECT DISTINCT modality FROM templates ORDER BY 1")]
+            return [r[0] for r in self.db.execute(
+                f"SELECT DISTINCT modality FROM templates {where} ORDER BY 1", args)]
 
-    def delete_identity(self, identity_id: int) -> None:
-        """Erase the identity and, by cascade, its templates, notes, links and history."""
+    def delete_identity(self, identity_id: int, timeout: float = 10.0) -> None:
+        """Erase the identity and, by cascade, its templates, notes, links and history; returns
+        only when no byte of it is left in the file or its WAL (see checkpoint)."""
         with self.transaction() as db:
             self.identity(identity_id)
             db.execute("DELETE FROM identities WHERE id = ?", [int(identity_id)])
             self._bump_templates(db)
-        with self.lock:
-            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.checkpoint(timeout)
 
     # notes
     def generation(self, owner_id: int) -> int:
@@ -321,7 +450,7 @@ class Store:
     def _note_row(self, owner_id: int, note_id: int) -> tuple:
         row = self.db.execute(
             "SELECT id, owner_id, content, timestamp, keywords, tags, context FROM notes "
-            "WHERE id = ? AND owner_id = ?", [int(note_id), int(owner_id)]).fetchone()
+            "WHERE id = ? AND owner_id = ?", [check_id(note_id), int(owner_id)]).fetchone()
         if row is None:
             raise NoteNotFoundError(f"no note {note_id} among your memories")
         return row
@@ -433,7 +562,7 @@ class Store:
         with self.lock:
             rows = self.db.execute(
                 "SELECT id, note_id, event, before, after, at FROM history "
-                "WHERE owner_id = ? AND note_id = ? ORDER BY id", [int(owner_id), int(note_id)]).fetchall()
+                "WHERE owner_id = ? AND note_id = ? ORDER BY id", [int(owner_id), check_id(note_id)]).fetchall()
         if not rows:
             raise NoteNotFoundError(f"no note {note_id} among your memories")
         return [{"id": r[0], "note_id": r[1], "event": r[2],

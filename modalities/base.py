@@ -21,6 +21,7 @@ class EncoderInfo:
     weights: str  # weight source ("pip:face-recognition-models", "hf-hub:org/repo/file", "none")
     license: str  # licence of the weights
     description: str = ""
+    step_up_threshold: float | None = None  # stricter τ for destructive actions (None: the gate's τ)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -60,6 +60,7 @@ class CCNetEncoder(Encoder):
         kind="palm",
         dim=EMBEDDING_DIM,
         default_threshold=0.5,
+        step_up_threshold=0.60,
         threshold_source=(
             "uncalibrated placeholder: no CCNet weights were at hand to measure genuine and impostor "
             "scores; run `biomem calibrate --modality palm-ccnet --data <ROIs, one folder per palm>`"

@@ -75,6 +75,7 @@ class CompCodeEncoder(Encoder):
         kind="palm",
         dim=768,  # (128 / GRID_STEP)^2 cells x 3 bits
         default_threshold=0.40,
+        step_up_threshold=0.50,
         threshold_source=(
             "false-match target on synthetic palms (modalities.palmsynth, identities 1000-1099 x captures 1-5, "
             "+-4 px, +-5 deg): impostor cosine 0.158 +- 0.077, 99.9th percentile 0.374, max 0.431; at 0.40 "

@@ -35,6 +35,7 @@ class DlibFaceEncoder(Encoder):
         kind="face",
         dim=128,
         default_threshold=0.95,
+        step_up_threshold=0.97,
         threshold_source=(
             "midpoint of max impostor 0.917 and min genuine 0.988 cosine over 7 people x (photo + 20 "
             "augmentations) (insightface t1.jpg + Tom_Hanks); dlib's 0.6 Euclidean rule (~0.917 here) "

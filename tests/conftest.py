@@ -1,8 +1,13 @@
 """Shared fixtures: real models loaded once per session, faces from the insightface package."""
 
 import os
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read by huggingface_hub at import: set first
+# Template keys of the tests' stores go to a throw-away config folder, never the user's.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="biomem-test-config-")
+os.environ.pop("BIOMEM_KEY", None)
+os.environ.pop("BIOMEM_KEY_FILE", None)
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import numpy as np  # noqa: E402

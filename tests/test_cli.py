@@ -40,19 +40,24 @@ def test_enroll_add_ask_search_stats_forget(tmp_path, images, capsys):
     code, out, _ = run(capsys, *db, "ask", "What is my locker code?", "--probe", images["alice_later"])
     assert code == 0 and "gate: alice" in out and "5150" in out
     code, out, _ = run(capsys, *db, "ask", "What is my locker code?", "--probe", images["stranger"])
-    assert code == 0 and "gate: nobody" in out and "5150" not in out
+    assert code == 0 and "gate: no match" in out and "5150" not in out and "alice" not in out
 
     code, out, _ = run(capsys, *db, "search", "locker", "--probe", images["alice_later"], "-k", "1")
     result = json.loads(out)
     assert [r["memory"] for r in result["results"]] == ["My locker code is 5150"]
-    assert result["gated_out"] == 0
+    assert result["gated_out"] == {"total": 0}
 
     code, out, _ = run(capsys, *db, "stats")
     stats = json.loads(out)
-    assert stats["notes"] == 2 and stats["per_identity"] == {"alice": 2}
+    assert stats["notes"] == 2 and stats["per_identity"] == {"1: alice": 2}
 
-    assert run(capsys, *db, "forget", "1")[0] == 0
+    code, _, err = run(capsys, *db, "forget", "--probe", images["stranger"])
+    assert code == 2 and "StepUpRequiredError" in err
+    code, out, _ = run(capsys, *db, "forget", "--probe", images["alice_later"])
+    assert code == 0 and "forgot identity 1" in out
     assert json.loads(run(capsys, *db, "stats")[1])["notes"] == 0
+    code, out, _ = run(capsys, *db, "enroll", "bob", images["alice1"])
+    assert code == 0 and "identity 2" in out  # ids are never reused
 
 
 def test_typed_errors_are_one_line_and_exit_2(tmp_path, images, capsys):
@@ -63,7 +68,7 @@ def test_typed_errors_are_one_line_and_exit_2(tmp_path, images, capsys):
     assert code == 2 and err.startswith("biomem: InvalidImageError:") and len(err.strip().splitlines()) == 1
     code, _, err = run(capsys, *db, "add", "hello", "--probe", images["stranger"])
     assert code == 2 and "UnknownIdentityError" in err
-    code, _, err = run(capsys, *db, "forget", "42")
+    code, _, err = run(capsys, *db, "forget", "--identity", "42")
     assert code == 2 and "UnknownIdentityError" in err
 
 
@@ -71,7 +76,7 @@ def test_console_script_is_installed():
     exe = shutil.which("biomem")
     assert exe, "pip install -e . puts the biomem command on PATH"
     help_text = subprocess.run([exe, "--help"], capture_output=True, text=True, check=True).stdout
-    for command in ("enroll", "add", "ask", "search", "forget", "stats", "demo"):
+    for command in ("enroll", "add", "ask", "search", "forget", "rekey", "stats", "demo"):
         assert command in help_text
 
 

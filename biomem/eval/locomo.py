@@ -393,7 +393,9 @@ def evaluate(args: argparse.Namespace, text: TextEncoder | None) -> dict[str, An
                        policy=args.policy, k=args.k) as mem:
             start = time.perf_counter()
             for owner, gallery in zip(owners, bio.galleries):
-                mem.add_templates(owner, gallery)
+                # Ground truth, not a visitor: stored as given (an impostor look-alike between two
+                # galleries is what the evaluation measures, not an enrolment to refuse).
+                mem.store.add_templates(owner, bio.modality, np.stack([p.embedding for p in gallery]))
             if bio.tau is not None:
                 mem.set_threshold(bio.tau, bio.modality, source=bio.tau_source)
             enrol_s += time.perf_counter() - start

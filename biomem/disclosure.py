@@ -1,0 +1,58 @@
+"""What a requester may learn from a reply: one policy for the UI, the API, the CLI and logs.
+
+"private" (the default): a requester who matched nobody learns only "no match"; a matched
+requester sees their own label and rounded score, their own notes, and how many notes in
+all were kept out — no other person's label, score, count or time.
+"demo": the public demo's transparent panels (every score against τ, each other owner's
+note count and latest time), but only for sample people; a real enrolment is never shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .gate import GateResult
+from .store import Identity
+
+DISCLOSURES = ("private", "demo")
+DIGITS = 2  # scores are shown rounded: an exact cosine is a gradient for a forger
+
+
+def gate_view(gate: GateResult, people: dict[int, Identity], mode: str) -> dict[str, Any]:
+    """The gate's decision as the requester may see it."""
+    if not gate.matched and mode == "private":
+        return {"matched": False, "modality": gate.modality}
+    scores = gate.scores
+    view: dict[str, Any] = {
+        "matched": gate.matched, "identity": gate.identity,
+        "label": people[gate.identity].label if gate.identity in people else None,
+        "admitted": [{"identity": i, "label": people[i].label, "score": round(scores.get(i, 0.0), DIGITS)}
+                     for i in gate.admitted if i in people],
+        "threshold": round(float(gate.threshold), DIGITS), "modality": gate.modality, "policy": gate.policy}
+    if mode == "demo":
+        shown = [(i, s) for i, s in scores.items() if i in people and people[i].sample or i in gate.admitted]
+        view["scores"] = [{"identity": i, "label": people[i].label, "score": round(s, DIGITS),
+                           "admitted": i in gate.admitted} for i, s in sorted(shown, key=lambda x: -x[1])]
+    return view
+
+
+def kept_out_view(gate: GateResult, summary: dict[int, tuple[int, str]], people: dict[int, Identity],
+                  mode: str) -> dict[str, Any] | None:
+    """Notes the gate kept out: a total (matched requesters), per sample owner under "demo"."""
+    if not gate.matched and mode == "private":
+        return None
+    outside = {owner: row for owner, row in summary.items() if owner not in gate.admitted}
+    view: dict[str, Any] = {"total": sum(count for count, _ in outside.values())}
+    if mode == "demo":
+        view["owners"] = sorted(({"label": people[o].label, "count": count, "latest": latest}
+                                 for o, (count, latest) in outside.items() if o in people and people[o].sample),
+                                key=lambda row: (-row["count"], row["label"]))
+    return view
+
+
+def note_view(note: Any, score: float | None = None) -> dict[str, Any]:
+    """One of the requester's own notes, with its rounded retrieval score."""
+    data = note.as_dict()
+    if score is not None:
+        data["score"] = round(float(score), DIGITS)
+    return data
