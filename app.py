@@ -17,13 +17,21 @@ Configuration (environment):
     BIOMEM_LOAD_DEMO     1: build the demo store at start-up when the store is empty (default on a
                          Hugging Face Space, off elsewhere)
     BIOMEM_ADMIN         1: allow server-side actions (import from a path, calibrate a folder,
-                         store τ); default on locally, off on a Hugging Face Space
+                         store τ); off unless set, on every launch path
+    BIOMEM_DISCLOSURE    private (default) | demo (default on a Space, with the sample people):
+                         what a requester learns about others, see biomem.disclosure
+    BIOMEM_ATTEMPTS      attempt limits, "MISSES/WINDOW[/COOLDOWN]" seconds (default 20/600/60) | off
+    BIOMEM_TRUST_PROXY   1: take the client address from X-Forwarded-For (default on a Space)
+    BIOMEM_KEY           template key (else the key file, see biomem.sealing)
     BIOMEM_LOCOMO        default path offered for the LoCoMo import
-    PORT                 HTTP port (default 7860); GRADIO_SERVER_NAME (default 0.0.0.0)
+    GRADIO_SERVER_NAME   bind address (default 127.0.0.1; 0.0.0.0 on a Space and in the Dockerfile)
+    GRADIO_SERVER_PORT   HTTP port (then PORT, default 7860)
 
 Privacy: Gradio analytics and Hugging Face telemetry are off; the run history is off; each
 probe (an uploaded, captured or sample image) is read once, deleted from Gradio's cache and
-never stored; only the `ask`, `remember` and `compare` endpoints are public API.
+never stored; only the `ask`, `remember` and `compare` endpoints are public API. Every probe
+event takes the raw upload (no Gradio decoding first), so a file Gradio would reject is
+still deleted, and every error clears the images it used.
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ from PIL import Image  # noqa: E402
 
 import modalities  # noqa: E402
 from biomem import BioMemory, Probe  # noqa: E402
+from biomem.disclosure import note_view  # noqa: E402
 from biomem.demo import (  # noqa: E402
     DEMO_PALM_SEEDS,
     DEMO_PEOPLE,
@@ -64,7 +73,13 @@ from biomem.demo import (  # noqa: E402
 )
 from biomem.demo import STRANGER as DEMO_STRANGER  # noqa: E402
 from biomem.errors import (  # noqa: E402
+    AlreadyEnrolledError,
     BioMemError,
+    DisclosureError,
+    DuplicateLabelError,
+    EnrolmentError,
+    ForgetIncompleteError,
+    InconsistentSamplesError,
     InvalidImageError,
     InvalidInputError,
     LLMError,
@@ -74,7 +89,10 @@ from biomem.errors import (  # noqa: E402
     NoFaceError,
     NoPalmError,
     NoteNotFoundError,
+    KeyUnavailableError,
+    StepUpRequiredError,
     StoreCorruptError,
+    TooManyAttemptsError,
     UnknownIdentityError,
 )
 
@@ -83,7 +101,7 @@ log = logging.getLogger("biomem.app")
 TITLE = "Bio-Memory"
 DEFAULT_QUESTION = "What is my bank card PIN?"
 UNLOCK_SECONDS = 300  # how long "My notes" stays unlocked for one browser session
-PENDING_SECONDS = 900  # an unused probe left in an input is deleted after this (and Gradio's sweep)
+PENDING_SECONDS = 600  # an unused probe left in an input is deleted after this (and Gradio's sweep)
 MAX_SCORE_ROWS = 8  # identities listed in a gate panel (the rest are summarised)
 PALM_ENCODER = os.environ.get("BIOMEM_PALM_ENCODER", "palm-compcode")
 
@@ -120,6 +138,15 @@ _ERRORS: list[tuple[type[BaseException], str, str]] = [
     (UnknownIdentityError, "Not recognised",
      "The probe matches nobody enrolled, so nothing was read or stored. Enrol first (Enrol tab)."),
     (NoteNotFoundError, "No such note", "None of your notes has that id."),
+    (TooManyAttemptsError, "Too many attempts", ""),
+    (StepUpRequiredError, "Fresh probe needed", ""),
+    (AlreadyEnrolledError, "Already enrolled", ""),
+    (InconsistentSamplesError, "Not one person", ""),
+    (DuplicateLabelError, "Name taken", ""),
+    (EnrolmentError, "Captures refused", ""),
+    (ForgetIncompleteError, "Not erased yet", "Another process is reading the store; your data is not "
+     "fully erased yet. Try Forget me again in a moment."),
+    (KeyUnavailableError, "Store locked", "The templates' key is missing or wrong; the server log says why."),
     (ModelUnavailableError, "Encoder not available", "This encoder's weights are not installed on this "
      "server: choose another probe encoder."),
     (LLMError, "LLM unreachable", "The language model did not answer; the gate and retrieval worked. "
@@ -131,7 +158,7 @@ _ERRORS: list[tuple[type[BaseException], str, str]] = [
 
 
 _SELF_EXPLAINED = (NoFaceError, MultipleFacesError, NoPalmError, UnknownIdentityError, NoteNotFoundError)
-_LOGGED_ONLY = (LLMError, ModelUnavailableError, StoreCorruptError)  # their details name servers and paths
+_LOGGED_ONLY = (LLMError, ModelUnavailableError, StoreCorruptError, KeyUnavailableError, ForgetIncompleteError)  # their details name servers and paths
 
 
 def readable(exc: BaseException) -> tuple[str, str]:
@@ -189,21 +216,26 @@ def _e(value: Any) -> str:
 
 
 def gate_html(gate: dict[str, Any] | None) -> str:
-    """The gate's decision: who matched (or nobody), each identity's cosine against τ."""
+    """The gate's decision as disclosed: who matched (or "no match"), and under the demo
+    disclosure each sample person's cosine against τ."""
     if not gate:
         return "<div class='bm-empty'>The gate's decision appears here after a question.</div>"
-    tau = gate["threshold"]
-    scores = gate["scores"]
+    scores = gate.get("scores")
     if gate["matched"]:
-        who = ", ".join(_e(s["label"]) for s in scores if s["admitted"])
+        who = ", ".join(_e(a["label"]) for a in gate["admitted"])
         head = (f"<div class='bm-verdict bm-ok'>✓ Matched <b>{who}</b> — only their memories "
                 f"may be read</div>")
     else:
-        best = f" (best cosine {scores[0]['score']:.3f} &lt; τ {tau:.3f})" if scores else ""
-        head = (f"<div class='bm-verdict bm-no'>✗ No match{best} — nobody's memories are "
-                f"read</div>")
+        head = "<div class='bm-verdict bm-no'>✗ No match — nobody's memories are read</div>"
+    if scores is None:  # the private disclosure: nothing about anyone else
+        if not gate["matched"]:
+            return head
+        own = gate["admitted"][0]["score"]
+        return head + (f"<div class='bm-meta'>similarity {own:.2f} ≥ τ {gate['threshold']:.2f} with encoder "
+                       f"<code>{_e(gate['modality'])}</code>; other people are never shown</div>")
     if not scores:
-        return head + "<div class='bm-empty'>Nobody is enrolled with this encoder yet.</div>"
+        return head + "<div class='bm-empty'>No sample person is enrolled with this encoder.</div>"
+    tau = gate["threshold"]
     low = min(min(s["score"] for s in scores), tau) - 0.02
     span = max(1.0 - low, 1e-6)
     pos = lambda v: max(0.0, min(100.0, 100.0 * (v - low) / span))  # noqa: E731
@@ -213,15 +245,15 @@ def gate_html(gate: dict[str, Any] | None) -> str:
         mark = "admitted" if s["admitted"] else ("≥ τ" if s["score"] >= tau else "&lt; τ")
         rows.append(
             f"<tr class='{cls}'><td class='bm-who'>{_e(s['label'])}</td>"
-            f"<td class='bm-num'>{s['score']:.3f}</td>"
+            f"<td class='bm-num'>{s['score']:.2f}</td>"
             f"<td class='bm-barcell'><div class='bm-bar'><div class='bm-fill' style='width:{pos(s['score']):.1f}%'>"
             f"</div><div class='bm-tau' style='left:{pos(tau):.1f}%'></div></div></td>"
             f"<td class='bm-mark'>{mark}</td></tr>")
     more = len(scores) - MAX_SCORE_ROWS
     if more > 0:
         rows.append(f"<tr><td colspan='4' class='bm-more'>… and {more} more below</td></tr>")
-    return (head + f"<div class='bm-meta'>encoder <code>{_e(gate['modality'])}</code> · τ = {tau:.3f}"
-            f" (red line) · policy <code>{_e(gate['policy'])}</code></div>"
+    return (head + f"<div class='bm-meta'>encoder <code>{_e(gate['modality'])}</code> · τ = {tau:.2f}"
+            f" (red line) · policy <code>{_e(gate['policy'])}</code> · sample people only</div>"
             "<table class='bm-scores'><tr><th>enrolled</th><th>cosine</th><th>vs τ</th><th></th></tr>"
             + "".join(rows) + "</table>")
 
@@ -243,33 +275,33 @@ def notes_html(result: dict[str, Any] | None) -> str:
 
 
 def gated_out_html(result: dict[str, Any] | None) -> str:
-    """The notes that stayed out: owner, count and latest time only, never their content."""
+    """The notes that stayed out, as disclosed: a total, per sample owner under "demo"."""
     if not result:
         return "<div class='bm-empty'>Notes the gate kept out are summarised here (never shown).</div>"
     out = result["gated_out"]
-    if not out["owners"]:
-        return "<div class='bm-empty'>No other person's notes in the store.</div>"
+    if out is None:
+        return "<div class='bm-empty'>Nothing about other people is shown to an unmatched requester.</div>"
+    total = out["total"]
+    text = (f"<div class='bm-meta'>{total} {'note' if total == 1 else 'notes'} of other people stayed out "
+            "of retrieval; their content is never shown.</div>")
+    owners = out.get("owners")
+    if not owners:
+        return text
     rows = "".join(
         f"<tr><td class='bm-who'>{_e(o['label'])}</td><td class='bm-num'>{o['count']}</td>"
-        f"<td class='bm-time'>{_e(when(o['latest']))}</td></tr>" for o in out["owners"])
-    people = len(out["owners"])
-    return (f"<div class='bm-meta'>{out['total']} {'note' if out['total'] == 1 else 'notes'} of {people} "
-            f"other {'person' if people == 1 else 'people'} stayed out of retrieval; their content is never "
-            "shown.</div>"
-            "<table class='bm-notes'><tr><th>owner</th><th>notes</th><th>latest</th></tr>"
+        f"<td class='bm-time'>{_e(when(o['latest']))}</td></tr>" for o in owners)
+    return (text + "<table class='bm-notes'><tr><th>sample owner</th><th>notes</th><th>latest</th></tr>"
             + rows + "</table>")
 
 
 def chat_caption(result: dict[str, Any]) -> str:
     gate = result["gate"]
-    if not gate["scores"]:
-        who = "Gate: **no match** (nobody enrolled with this encoder)"
-    elif gate["matched"]:
-        who = f"Gate: **{gate['label']}** (cos {gate['scores'][0]['score']:.3f} ≥ τ {gate['threshold']:.3f})"
-    else:
-        who = f"Gate: **no match** (best cos {gate['scores'][0]['score']:.3f} < τ {gate['threshold']:.3f})"
+    if not gate["matched"]:
+        return "Gate: **no match** · no memory read"
+    own = gate["admitted"][0]["score"]
     used, out = len(result["notes"]), result["gated_out"]["total"]
-    return f"{who} · {used} {'memory' if used == 1 else 'memories'} read · {out} gated out"
+    return (f"Gate: **{gate['label']}** (similarity {own:.2f} ≥ τ {gate['threshold']:.2f}) · {used} "
+            f"{'memory' if used == 1 else 'memories'} read · {out} kept out")
 
 
 CSS = """
@@ -321,14 +353,24 @@ def _env_flag(name: str, default: bool) -> bool:
 
 
 def memory_from_env(**overrides: Any) -> BioMemory:
-    """A BioMemory from BIOMEM_DB, BIOMEM_ENCODER, BIOMEM_LLM, BIOMEM_POLICY and BIOMEM_TAU.
+    """A BioMemory from BIOMEM_DB, BIOMEM_ENCODER, BIOMEM_LLM, BIOMEM_POLICY, BIOMEM_DISCLOSURE
+    (default "demo" on a Space, else "private") and BIOMEM_TAU.
 
-    `overrides` go to BioMemory as they are (tests pass the session's loaded models).
+    `overrides` go to BioMemory as they are (tests pass the session's loaded models). A
+    "demo" disclosure on a store that holds real enrolments falls back to "private".
     """
+    on_space = os.environ.get("SPACE_ID") is not None
     options: dict[str, Any] = {"encoder": os.environ.get("BIOMEM_ENCODER") or None,
                                "llm": os.environ.get("BIOMEM_LLM") or None,
-                               "policy": os.environ.get("BIOMEM_POLICY", "best"), **overrides}
-    mem = BioMemory(os.environ.get("BIOMEM_DB", "biomem.db"), **options)
+                               "policy": os.environ.get("BIOMEM_POLICY", "best"),
+                               "disclosure": os.environ.get("BIOMEM_DISCLOSURE") or ("demo" if on_space else "private"),
+                               **overrides}
+    path = os.environ.get("BIOMEM_DB", "biomem.db")
+    try:
+        mem = BioMemory(path, **options)
+    except DisclosureError as exc:
+        log.warning("%s: serving with the private disclosure", exc)
+        mem = BioMemory(path, **{**options, "disclosure": "private"})
     for item in filter(None, (p.strip() for p in os.environ.get("BIOMEM_TAU", "").split(","))):
         name, sep, tau = item.partition("=")
         if not sep:
@@ -337,36 +379,69 @@ def memory_from_env(**overrides: Any) -> BioMemory:
     return mem
 
 
+def client_keys(request: gr.Request | None) -> list[str] | None:
+    """The requester's keys for attempt limits: the Gradio session and the client address.
+
+    Behind a proxy (a Space, or BIOMEM_TRUST_PROXY=1) the address is the last hop the proxy
+    appended to X-Forwarded-For; a client-supplied left part is never trusted.
+    """
+    if request is None:
+        return None
+    address = request.client.host if request.client else ""
+    if _env_flag("BIOMEM_TRUST_PROXY", os.environ.get("SPACE_ID") is not None):
+        forwarded = [h.strip() for h in (request.headers.get("x-forwarded-for") or "").split(",") if h.strip()]
+        address = forwarded[-1] if forwarded else address
+    return [f"session:{request.session_hash}", f"address:{address}"]
+
+
+def upload_path(value: Any) -> str | None:
+    """The cache path of an upload: a raw FileData payload (events run with preprocess=False),
+    a path string (in-process callers), or None."""
+    if isinstance(value, dict):
+        value = value.get("path")
+    return str(value) if value else None
+
+
 class BioMemoryApp:
     """The handlers behind the UI; each takes plain values and returns plain values."""
 
     def __init__(self, mem: BioMemory, *, admin: bool | None = None) -> None:
         self.mem = mem
-        self.admin = _env_flag("BIOMEM_ADMIN", os.environ.get("SPACE_ID") is None) if admin is None else admin
+        self.admin = _env_flag("BIOMEM_ADMIN", False) if admin is None else admin
         self._building = threading.Lock()
 
     # ---- probes: read once, deleted from Gradio's cache, never stored -----------------------
 
     @staticmethod
-    def discard(path: str | os.PathLike | None) -> None:
-        """Delete an uploaded/captured file, only if it lies in Gradio's cache folder."""
-        if not path:
-            return
+    def in_cache(path: str | os.PathLike) -> Path | None:
+        """The resolved file if it lies inside Gradio's upload folder, else None."""
         cache = Path(get_upload_folder()).resolve()
         file = Path(path).resolve()
-        if cache not in file.parents:
+        return file if cache in file.parents else None
+
+    def discard(self, path: Any) -> None:
+        """Delete an uploaded/captured file, only if it lies in Gradio's cache folder."""
+        file = self.in_cache(upload_path(path)) if upload_path(path) else None
+        if file is None:
             return
         file.unlink(missing_ok=True)
-        parent = file.parent
+        parent, cache = file.parent, Path(get_upload_folder()).resolve()
         if parent != cache:
             try:
                 parent.rmdir()  # Gradio keeps each upload in its own folder
             except OSError:
                 pass
 
-    def track(self, value: str | list[str] | None, pending: list[str] | None) -> list[str]:
+    def discard_many(self, *values: Any) -> None:
+        """Delete every upload among `values` (single payloads or lists of them)."""
+        for value in values:
+            for item in value if isinstance(value, list) else [value]:
+                self.discard(item)
+
+    def track(self, value: Any, pending: list[str] | None) -> list[str]:
         """A probe input changed: delete the files it held before that were never used."""
-        current = [value] if isinstance(value, str) else [p for p in (value or []) if p]
+        items = value if isinstance(value, list) else [value]
+        current = [p for p in (upload_path(v) for v in items) if p]
         for path in pending or []:
             if path not in current:
                 self.discard(path)
@@ -377,22 +452,32 @@ class BioMemoryApp:
         for path in pending or []:
             self.discard(path)
 
-    def read_probe(self, path: str | None, what: str = "probe") -> bytes:
-        """The bytes of a probe image; the file is gone when this returns."""
+    def read_probe(self, value: Any, what: str = "probe") -> bytes:
+        """The bytes of an uploaded probe; the file is gone when this returns, whatever happens."""
+        path = upload_path(value)
         if not path:
             raise fail(f"Give a {what} first: upload a photo, use the webcam, or pick a sample person.",
                        title="No probe")
         try:
-            return Path(path).read_bytes()
+            file = self.in_cache(path)
+            if file is None:  # a raw payload may name any path: only uploads are read
+                raise fail("The probe must be an uploaded image.", title="Not an upload")
+            return file.read_bytes()
         except OSError:
             raise fail("The probe image is no longer available: capture or upload it again.",
                        title="Probe expired") from None
         finally:
             self.discard(path)
 
-    def probe(self, path: str | None, encoder: str | None, what: str = "probe") -> Probe:
-        """Read, discard and encode one probe image with the chosen encoder."""
-        data = self.read_probe(path, what)
+    def probe(self, value: Any, encoder: str | None, what: str = "probe",
+              client: list[str] | None = None) -> Probe:
+        """Read, discard and encode one probe image (a client in cool-down costs no encoding)."""
+        try:
+            self.mem.limiter.check(client)
+        except BioMemError:
+            self.discard(value)
+            raise
+        data = self.read_probe(value, what)
         return self.mem.probe(data, encoder or self.mem.modality)
 
     def sample_capture(self, person: str, encoder: str | None) -> np.ndarray:
@@ -412,77 +497,56 @@ class BioMemoryApp:
         except KeyError:
             return "other"
 
-    # ---- results as plain dicts (the public API's output) -----------------------------------
+    # ---- results as plain dicts (the public API's output, under the disclosure policy) -------
 
-    def labels(self) -> dict[int, str]:
-        return {i.id: i.label for i in self.mem.identities()}
-
-    def gated_out(self, gate: Any) -> dict[str, Any]:
-        """Per owner outside the gate: label, note count and latest time; never content."""
-        owners = [{k: row[k] for k in ("label", "count", "latest")} for row in self.mem.gated_out_summary(gate)]
-        return {"total": sum(o["count"] for o in owners), "owners": owners}
-
-    @staticmethod
-    def gate_dict(gate: Any, labels: dict[int, str]) -> dict[str, Any]:
-        scores = sorted(gate.scores.items(), key=lambda item: -item[1])
-        return {"matched": gate.matched, "identity": gate.identity,
-                "label": labels.get(gate.identity) if gate.identity is not None else None,
-                "threshold": round(float(gate.threshold), 4), "modality": gate.modality,
-                "policy": gate.policy,
-                "scores": [{"identity": i, "label": labels.get(i, f"#{i}"), "score": round(s, 4),
-                            "admitted": i in gate.admitted} for i, s in scores]}
-
-    @staticmethod
-    def note_dict(note: Any, score: float | None = None) -> dict[str, Any]:
-        data = {"id": note.id, "content": note.content, "timestamp": note.timestamp,
-                "tags": list(note.tags), "keywords": list(note.keywords)}
-        if score is not None:
-            data["score"] = round(float(score), 4)
-        return data
-
-    def answer_dict(self, question: str, probe: Probe) -> dict[str, Any]:
-        answer = self.mem.ask(question, probe=probe)
-        labels = self.labels()
-        return {"kind": "answer", "question": question, "answer": answer.text,
-                "gate": self.gate_dict(answer.gate, labels),
-                "notes": [self.note_dict(n, s) for n, s in answer.notes],
-                "gated_out": self.gated_out(answer.gate), "prompt": answer.prompt}
+    def answer_dict(self, question: str, probe: Probe, client: list[str] | None) -> dict[str, Any]:
+        answer = self.mem.ask(question, probe=probe, client=client)
+        view = answer.as_dict()
+        return {"kind": "answer", "question": question, "answer": answer.text, "gate": view["gate"],
+                "notes": view["results"], "gated_out": view["gated_out"], "prompt": answer.prompt}
 
     # ---- public API: ask, remember, compare ---------------------------------------------------
 
-    def ask(self, question: str, probe: str | None, encoder: str | None = None) -> dict[str, Any]:
+    def ask(self, question: str, probe: Any, encoder: str | None = None,
+            request: gr.Request | None = None) -> dict[str, Any]:
         """Ask as whoever the probe shows: the gate decides which memories the LLM may read."""
         question = (question or "").strip()
         if not question:
             self.discard(probe)
             raise fail("Type a question first.", title="No question")
-        return self.answer_dict(question, self.probe(probe, encoder))
+        client = client_keys(request)
+        return self.answer_dict(question, self.probe(probe, encoder, client=client), client)
 
-    def remember(self, text: str, probe: str | None, encoder: str | None = None) -> dict[str, Any]:
+    def remember(self, text: str, probe: Any, encoder: str | None = None,
+                 request: gr.Request | None = None) -> dict[str, Any]:
         """Store a memory for whoever the probe shows (refused when it matches nobody)."""
         text = (text or "").strip()
         if not text:
             self.discard(probe)
             raise fail("Type what to remember first.", title="Nothing to remember")
-        note = self.mem.add(text, probe=self.probe(probe, encoder))
-        return {"kind": "remember", "question": text, "owner": self.labels().get(note.owner),
-                "note": self.note_dict(note)}
+        client = client_keys(request)
+        note = self.mem.add(text, probe=self.probe(probe, encoder, client=client), client=client)
+        return {"kind": "remember", "question": text, "owner": self.mem.store.identity(note.owner).label,
+                "note": note_view(note)}
 
-    def compare(self, question: str, probe_a: str | None, probe_b: str | None,
-                encoder: str | None = None) -> dict[str, Any]:
+    def compare(self, question: str, probe_a: Any, probe_b: Any, encoder: str | None = None,
+                request: gr.Request | None = None) -> dict[str, Any]:
         """One question, two requesters: two gate decisions, two retrieved sets, two answers."""
         question = (question or "").strip()
-        if not question:
-            self.discard(probe_a), self.discard(probe_b)
-            raise fail("Type a question first.", title="No question")
-        if not probe_a or not probe_b:
-            self.discard(probe_a), self.discard(probe_b)
+        if not question or not probe_a or not probe_b:
+            self.discard_many(probe_a, probe_b)
+            if not question:
+                raise fail("Type a question first.", title="No question")
             raise fail("Give both probes (A and B): upload, webcam, or a sample person.",
                        title="Two probes needed")
+        client = client_keys(request)
         sides = {}
         for side, path in (("a", probe_a), ("b", probe_b)):
             try:
-                sides[side] = self.answer_dict(question, self.probe(path, encoder))
+                sides[side] = self.answer_dict(question, self.probe(path, encoder, client=client), client)
+            except TooManyAttemptsError:
+                self.discard_many(probe_a, probe_b)
+                raise
             except BioMemError as exc:
                 title, message = readable(exc)
                 sides[side] = {"error": title, "message": message}
@@ -491,15 +555,20 @@ class BioMemoryApp:
     # ---- store-wide actions -------------------------------------------------------------------
 
     def status(self) -> str:
-        counts = self.mem.stats()["per_identity"]
+        """The store at a glance: totals; under the demo disclosure also the sample people."""
         people = self.mem.identities()
-        listing = ", ".join(f"{_e(p.label)} ({counts.get(p.label, 0)})" for p in people[:12])
-        if len(people) > 12:
-            listing += f", … {len(people) - 12} more"
+        total = self.mem.store.note_total()
+        listing = ""
+        if self.mem.disclosure == "demo":
+            counts = {owner: count for owner, (count, _) in self.mem.store.note_summary().items()}
+            shown = [p for p in people if p.sample]
+            listing = ", ".join(f"{_e(p.label)} ({counts.get(p.id, 0)})" for p in shown[:12])
+            if len(shown) > 12:
+                listing += f", … {len(shown) - 12} more"
         modality = self.mem.modality
-        return (f"<div class='bm-status'><b>Store:</b> {len(people)} people · {sum(counts.values())} "
+        return (f"<div class='bm-status'><b>Store:</b> {len(people)} people · {total} "
                 f"memories{': ' + listing if listing else ''}<br><b>Default encoder</b> <code>{_e(modality)}</code>"
-                f" (τ {self.mem.threshold(modality):.3f}) · <b>LLM</b> <code>{_e(self.mem.llm.name)}</code>"
+                f" (τ {self.mem.threshold(modality):.2f}) · <b>LLM</b> <code>{_e(self.mem.llm.name)}</code>"
                 f" · <b>gate policy</b> <code>{_e(self.mem.policy)}</code></div>")
 
     def demo_loaded(self) -> bool:
@@ -562,10 +631,10 @@ class BioMemoryApp:
                     continue
                 face, seed = SAMPLE_PEOPLE[locomo_sample(index)]
                 if palm:
-                    identity = self.mem.enroll(label, [demo_palm(seed, 0), demo_palm(seed, 1)], palm)
+                    identity = self.mem.enroll(label, [demo_palm(seed, 0), demo_palm(seed, 1)], palm, sample=True)
                 else:
                     identity = self.mem.enroll(label, [demo_capture(face, 0), demo_capture(face, 1)],
-                                               "face-dlib")
+                                               "face-dlib", sample=True)
                 for start in range(0, len(texts), 128):
                     progress(done / total, desc=f"{label}: turn {start + 1} of {len(texts)}")
                     self.mem.add_many(texts[start:start + 128], identity=identity.id,
@@ -577,22 +646,22 @@ class BioMemoryApp:
         return "Imported:\n" + "\n".join(lines)
 
     # ---- enrolment and one's own notes --------------------------------------------------------
+    # The engine decides (one person per enrolment, nobody enrolled twice, unique names, a
+    # fresh step-up probe for every change); these handlers only move files and words.
 
-    def enroll(self, label: str, files: list[str] | None, capture: str | None, encoder: str | None,
+    def enroll(self, label: str, files: list[Any] | None, capture: Any, encoder: str | None,
                progress: Callable[..., Any] | None = None) -> str:
         """Create an identity from uploaded images and/or a capture; each file deleted after use."""
         progress = progress or (lambda *a, **k: None)
-        paths = [p for p in (files or []) if p] + ([capture] if capture else [])
+        paths = [p for p in (files or []) if upload_path(p)] + ([capture] if upload_path(capture) else [])
         label = (label or "").strip()
-        if not label:
-            for p in paths:
-                self.discard(p)
-            raise fail("Give a name for the new identity.", title="No name")
-        if not paths:
-            raise fail("Give one or more images (upload or capture).", title="No images")
-        name = encoder or self.mem.modality
-        probes = []
         try:
+            if not label:
+                raise fail("Give a name for the new identity.", title="No name")
+            if not paths:
+                raise fail("Give one or more images (upload or capture).", title="No images")
+            name = encoder or self.mem.modality
+            probes = []
             for n, path in enumerate(paths):
                 progress(n / len(paths), desc=f"Encoding image {n + 1} of {len(paths)}")
                 try:
@@ -601,52 +670,73 @@ class BioMemoryApp:
                     title, message = readable(exc)
                     raise fail(f"Image {n + 1}: {message}", title=title) from None
         finally:
-            for path in paths:
-                self.discard(path)
-        if name in self.mem.store.modalities():  # one person, one identity: refuse a second enrolment
-            gate = self.mem.identify(probes[0])
-            if gate.identity is not None:
-                who = self.labels().get(gate.identity, "someone")
-                raise fail(f"These images already match {who}: nobody was enrolled.", title="Already enrolled")
-        progress(1.0, desc="Storing templates")
+            self.discard_many(*paths)
+        progress(1.0, desc="Checking and storing templates")
         identity = self.mem.enroll(label, probes, modality=name)
         return (f"Enrolled **{_e(identity.label)}** from {len(probes)} image(s) with `{name}`. "
                 "Add memories below, or ask in **Chat**.")
 
-    def unlock(self, probe: str | None, encoder: str | None) -> dict[str, Any]:
-        """Verify the requester once; the session keeps the probe embedding (not the image) a while."""
-        p = self.probe(probe, encoder)
-        notes = self.mem.get_all(probe=p)  # raises UnknownIdentityError for a stranger
-        gate = self.mem.identify(p, policy="best")
-        return {"identity": gate.identity, "label": self.labels().get(gate.identity), "probe": p,
-                "until": time.time() + UNLOCK_SECONDS, "count": len(notes)}
+    def unlock(self, probe: Any, encoder: str | None, second: Any = None,
+               request: gr.Request | None = None) -> dict[str, Any]:
+        """Show the requester's own notes (a step-up probe). The view is for reading only:
+        every change asks for a fresh probe again."""
+        client = client_keys(request)
+        p = self.fresh_probe(probe, second, encoder, client)
+        owner = self.mem.verify(p, "Unlocking your notes", client=client)
+        notes = self.mem.get_all(probe=p, client=client)
+        return {"identity": owner, "label": self.mem.store.identity(owner).label,
+                "until": time.time() + UNLOCK_SECONDS, "rows": note_rows(notes)}
+
+    def fresh_probe(self, probe: Any, second: Any, encoder: str | None,
+                    client: list[str] | None) -> Probe | dict[str, Probe]:
+        """The step-up proof of a change: one probe, or two when the person enrolled a face and
+        a palm (the second is read with the store's encoder of the other kind)."""
+        name = encoder or self.mem.modality
+        if not upload_path(second):
+            return self.probe(probe, name, "fresh probe", client)
+        kind = self.kind(name)
+        other = next((m for m in self.mem.store.modalities() if m != name and self.kind(m) != kind), None)
+        if other is None:
+            self.discard_many(probe, second)
+            raise fail("Nobody here enrolled a second kind of probe: leave the second one empty.",
+                       title="No second kind")
+        first = self.probe(probe, name, "fresh probe", client)
+        return {name: first, other: self.probe(second, other, "second probe", client)}
 
     @staticmethod
-    def session_ok(session: dict[str, Any] | None) -> dict[str, Any]:
-        if not session or session.get("until", 0) < time.time():
-            raise fail("Unlock with a probe first (it lasts five minutes).", title="Locked")
-        return session
-
-    def my_notes(self, session: dict[str, Any] | None) -> list[list[Any]]:
-        session = self.session_ok(session)
-        return [[n.id, when(n.timestamp), n.content, ", ".join(n.tags)]
-                for n in self.mem.get_all(probe=session["probe"])]
-
-    def delete_note(self, session: dict[str, Any] | None, note_id: Any) -> str:
-        session = self.session_ok(session)
+    def note_id(value: Any) -> int:
         try:
-            note_id = int(note_id)
+            number = float(value)
         except (TypeError, ValueError):
-            raise fail("Give the id of one of your notes (first column).", title="No note id") from None
-        note = self.mem.delete(note_id, probe=session["probe"])
-        return f"Deleted note {note.id}: “{_e(note.content)}”."
+            number = 0.0
+        if number != int(number) or number < 1:
+            raise fail("Give the id of one of your notes (first column).", title="No note id")
+        return int(number)
 
-    def forget(self, session: dict[str, Any] | None, confirmed: bool) -> str:
-        session = self.session_ok(session)
+    def delete_note(self, note_id: Any, probe: Any, encoder: str | None, second: Any = None,
+                    request: gr.Request | None = None) -> tuple[str, list[list[Any]]]:
+        """Delete one of the requester's notes, proven by a fresh probe; returns the new listing."""
+        try:
+            number = self.note_id(note_id)
+        except gr.Error:
+            self.discard_many(probe, second)
+            raise
+        client = client_keys(request)
+        p = self.fresh_probe(probe, second, encoder, client)
+        note = self.mem.delete(number, probe=p, client=client)
+        return f"Deleted note {note.id}: “{_e(note.content)}”.", note_rows(self.mem.get_all(probe=p))
+
+    def forget(self, confirmed: bool, probe: Any, encoder: str | None, second: Any = None,
+               request: gr.Request | None = None) -> str:
+        """Erase whoever a fresh step-up probe shows, after an explicit confirmation."""
         if not confirmed:
+            self.discard_many(probe, second)
             raise fail("Tick the box to confirm: this erases everything of yours.", title="Not confirmed")
-        self.mem.forget(session["identity"])
-        return (f"Forgot **{_e(session['label'])}**: notes, links, history, templates and index "
+        client = client_keys(request)
+        p = self.fresh_probe(probe, second, encoder, client)
+        label = self.mem.store.identity(self.mem.verify(p, "Forgetting you", client=client)).label
+        self.mem.forget(probe=p, client=client)
+        return (f"Forgot **{_e(label)}**: notes, links, history, templates and index "
                 "entries are erased.")
 
     # ---- calibration --------------------------------------------------------------------------
@@ -728,6 +818,11 @@ CALIBRATION_PALM_SEED = 1000
 
 # ---- panels (pure formatting) ---------------------------------------------------------------------
 
+def note_rows(notes: list[Any]) -> list[list[Any]]:
+    """The requester's notes as table rows: id, time, memory, tags."""
+    return [[n.id, when(n.timestamp), n.content, ", ".join(n.tags)] for n in notes]
+
+
 def panel_html(result: dict[str, Any] | None, with_answer: bool = False) -> str:
     """One requester's view: (answer,) gate decision, memories read, notes kept out."""
     parts = []
@@ -794,7 +889,7 @@ def build_app(memory: BioMemory | None = None, *, admin: bool | None = None) -> 
         pending = gr.State([], time_to_live=PENDING_SECONDS, delete_callback=ui.discard_all)
         # One worker for all of them: a session's changes are then handled in order, so an older
         # change can never delete the file a newer one holds.
-        component.change(ui.track, [component, pending], [pending], show_progress="hidden",
+        component.change(ui.track, [component, pending], [pending], show_progress="hidden", preprocess=False,
                          concurrency_limit=1, concurrency_id="bm-probe-files", **PRIVATE)
 
     def probe_input(elem_id: str, label: str, encoder: gr.Dropdown, height: int = 220) -> gr.Image:
@@ -809,7 +904,7 @@ def build_app(memory: BioMemory | None = None, *, admin: bool | None = None) -> 
                              show_progress="minimal", **PRIVATE)
         return image
 
-    with gr.Blocks(title=TITLE, analytics_enabled=False, delete_cache=(300, PENDING_SECONDS)) as demo:
+    with gr.Blocks(title=TITLE, analytics_enabled=False, delete_cache=(60, PENDING_SECONDS)) as demo:
         gr.Markdown(INTRO)
         with gr.Row(equal_height=True):
             status = gr.HTML(ui.status(), elem_id="bm-status", scale=3, min_width=320)
@@ -862,6 +957,7 @@ def build_app(memory: BioMemory | None = None, *, admin: bool | None = None) -> 
             # -- Enrol and remember ----------------------------------------------------------------
             with gr.Tab("Enrol & remember", id="enrol", elem_id="bm-tab-enrol"):
                 unlocked = gr.State(None, time_to_live=UNLOCK_SECONDS)
+                lock_timer = gr.Timer(15)  # hides an unlocked listing once its time is up
                 with gr.Row():
                     with gr.Column():
                         gr.Markdown("### New identity\nOne or more face photos or palm images of one person "
@@ -884,23 +980,36 @@ def build_app(memory: BioMemory | None = None, *, admin: bool | None = None) -> 
                         memo_button = gr.Button("Remember", elem_id="bm-memo-button")
                         memo_message = gr.Markdown(elem_id="bm-memo-message")
                     with gr.Column():
-                        gr.Markdown(f"### My notes\nShow a probe to unlock your own notes for "
-                                    f"{UNLOCK_SECONDS // 60} minutes in this browser tab only.")
+                        gr.Markdown(f"### My notes\nShow a clear probe to see your own notes for "
+                                    f"{UNLOCK_SECONDS // 60} minutes in this tab. Deleting a note or "
+                                    "forgetting yourself asks for a fresh probe each time.")
                         unlock_probe = probe_input("bm-unlock-probe", "Probe", encoder, height=180)
+                        unlock_second = gr.Image(label="Second probe, if you enrolled a face and a palm "
+                                                 "(the other kind)", sources=["upload", "webcam"],
+                                                 type="filepath", image_mode=None, format="png", height=120,
+                                                 elem_id="bm-unlock-second")
+                        watch(unlock_second)
                         with gr.Row():
                             unlock_button = gr.Button("Unlock my notes", variant="primary", elem_id="bm-unlock")
                             lock_button = gr.Button("Lock", elem_id="bm-lock")
                         unlock_message = gr.Markdown("Locked.", elem_id="bm-unlock-message")
                         my_notes = gr.Dataframe(headers=["id", "time", "memory", "tags"], interactive=False,
                                                 wrap=True, max_height=320, elem_id="bm-my-notes")
+                        confirm_probe = probe_input("bm-confirm-probe", "Fresh probe to delete or forget",
+                                                    encoder, height=160)
+                        confirm_second = gr.Image(label="Second fresh probe, if you enrolled a face and a "
+                                                  "palm", sources=["upload", "webcam"], type="filepath",
+                                                  image_mode=None, format="png", height=120,
+                                                  elem_id="bm-confirm-second")
+                        watch(confirm_second)
                         with gr.Row(equal_height=True):
                             note_id = gr.Number(None, label="Note id", precision=0, minimum=1, scale=1,
                                                 elem_id="bm-note-id")
                             delete_button = gr.Button("Delete note", variant="secondary", scale=1,
                                                       elem_id="bm-delete")
                         with gr.Accordion("Forget me", open=False):
-                            gr.Markdown("Erases the unlocked identity: every note, link, history entry, "
-                                        "template and index entry. There is no undo.")
+                            gr.Markdown("Erases whoever the fresh probe shows: every note, link, history "
+                                        "entry, template and index entry. There is no undo.")
                             forget_ok = gr.Checkbox(label="I understand: erase everything of mine",
                                                     elem_id="bm-forget-ok")
                             forget_button = gr.Button("Forget me", variant="stop", elem_id="bm-forget")
@@ -947,31 +1056,36 @@ def build_app(memory: BioMemory | None = None, *, admin: bool | None = None) -> 
                 cal_message = gr.Markdown()
 
         # ---- events: the public API first ------------------------------------------------------
-        def ask(question: str, probe: str | None, encoder: str | None) -> dict[str, Any]:
+        # Probe events take the raw upload (preprocess=False): Gradio never decodes a probe, so
+        # nothing it could reject stays in its cache; the handler reads, deletes, then encodes.
+        RAW = {"preprocess": False}
+
+        def ask(question: str, probe: Any, encoder: str | None, request: gr.Request) -> dict[str, Any]:
             """Ask the shared agent as whoever `probe` shows; the gate decides which memories it may read."""
-            return ui.ask(question, probe, encoder)
+            return ui.ask(question, probe, encoder, request)
 
-        def remember(text: str, probe: str | None, encoder: str | None) -> dict[str, Any]:
+        def remember(text: str, probe: Any, encoder: str | None, request: gr.Request) -> dict[str, Any]:
             """Store `text` for whoever `probe` shows (refused for a stranger)."""
-            return ui.remember(text, probe, encoder)
+            return ui.remember(text, probe, encoder, request)
 
-        def compare(question: str, probe_a: str | None, probe_b: str | None, encoder: str | None) -> dict[str, Any]:
+        def compare(question: str, probe_a: Any, probe_b: Any, encoder: str | None,
+                    request: gr.Request) -> dict[str, Any]:
             """One question asked as two requesters: both gate decisions, retrieved notes and answers."""
-            return ui.compare(question, probe_a, probe_b, encoder)
+            return ui.compare(question, probe_a, probe_b, encoder, request)
 
         asked = gr.on([ask_button.click, question.submit], _friendly(ask), [question, chat_probe, encoder],
-                      [chat_json], api_name="ask", show_progress_on=[chat_panel])
+                      [chat_json], api_name="ask", show_progress_on=[chat_panel], **RAW)
         asked.success(render_chat, [chat_json, chatbot], [chatbot, chat_panel, prompt_box, question], **PRIVATE)
         asked.then(lambda: None, None, [chat_probe], **PRIVATE)  # a probe is taken per message
 
         remembered = remember_button.click(_friendly(remember), [question, chat_probe, encoder], [chat_json],
-                                           api_name="remember", show_progress_on=[chat_panel])
+                                           api_name="remember", show_progress_on=[chat_panel], **RAW)
         remembered.success(render_chat, [chat_json, chatbot], [chatbot, chat_panel, prompt_box, question],
                            **PRIVATE).then(ui.status, None, [status], **PRIVATE)
         remembered.then(lambda: None, None, [chat_probe], **PRIVATE)
 
         compared = cmp_button.click(_friendly(compare), [cmp_question, probe_a, probe_b, encoder], [cmp_json],
-                                    api_name="compare", show_progress_on=[panel_a, panel_b])
+                                    api_name="compare", show_progress_on=[panel_a, panel_b], **RAW)
         compared.success(render_compare, [cmp_json], [panel_a, panel_b], **PRIVATE)
         compared.then(lambda: (None, None), None, [probe_a, probe_b], **PRIVATE)
 
@@ -990,51 +1104,64 @@ def build_app(memory: BioMemory | None = None, *, admin: bool | None = None) -> 
         loaded.success(_friendly(prefill), [encoder], [probe_a, probe_b], **PRIVATE)
         demo.load(ui.status, None, [status], **PRIVATE)
 
-        def enrol(label: str, files: list[str] | None, capture: str | None, encoder: str | None,
+        def enrol(label: str, files: list[Any] | None, capture: Any, encoder: str | None,
                   progress: gr.Progress = gr.Progress()) -> str:  # noqa: B008
             return ui.enroll(label, files, capture, encoder, progress)
 
         enrolled = enrol_button.click(_friendly(enrol), [enrol_label, enrol_files, enrol_capture, encoder],
-                                      [enrol_message], **PRIVATE)
+                                      [enrol_message], **PRIVATE, **RAW)
         enrolled.then(lambda: (None, None), None, [enrol_files, enrol_capture], **PRIVATE)
         enrolled.then(ui.status, None, [status], **PRIVATE)
 
-        def memo(text: str, probe: str | None, encoder: str | None) -> tuple[str, str]:
-            result = ui.remember(text, probe, encoder)
+        def memo(text: str, probe: Any, encoder: str | None, request: gr.Request) -> tuple[str, str]:
+            result = ui.remember(text, probe, encoder, request)
             return f"Stored for **{_e(result['owner'])}**: “{_e(result['note']['content'])}”.", ""
 
         memoed = memo_button.click(_friendly(memo), [memo_text, memo_probe, encoder], [memo_message, memo_text],
-                                   **PRIVATE)
+                                   **PRIVATE, **RAW)
         memoed.then(lambda: None, None, [memo_probe], **PRIVATE)
         memoed.then(ui.status, None, [status], **PRIVATE)
 
-        def do_unlock(probe: str | None, encoder: str | None) -> tuple[Any, ...]:
-            session = ui.unlock(probe, encoder)
-            return (session, f"Unlocked as **{_e(session['label'])}** ({session['count']} notes) until "
-                    f"{datetime.fromtimestamp(session['until']):%H:%M:%S}.", ui.my_notes(session))
+        def do_unlock(probe: Any, second: Any, encoder: str | None, request: gr.Request) -> tuple[Any, ...]:
+            session = ui.unlock(probe, encoder, second, request)
+            return ({"identity": session["identity"], "until": session["until"]},
+                    f"Showing the notes of **{_e(session['label'])}** ({len(session['rows'])}) until "
+                    f"{datetime.fromtimestamp(session['until']):%H:%M:%S}.", session["rows"])
 
         def do_lock() -> tuple[Any, ...]:
             return None, "Locked.", [], ""
 
-        unlocked_event = unlock_button.click(_friendly(do_unlock), [unlock_probe, encoder],
-                                             [unlocked, unlock_message, my_notes], **PRIVATE)
-        unlocked_event.then(lambda: None, None, [unlock_probe], **PRIVATE)
+        def lock_when_due(session: dict[str, Any] | None) -> tuple[Any, ...]:
+            if session and session["until"] < time.time():
+                return None, "Locked (time is up).", [], ""
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+
+        unlocked_event = unlock_button.click(_friendly(do_unlock), [unlock_probe, unlock_second, encoder],
+                                             [unlocked, unlock_message, my_notes], **PRIVATE, **RAW)
+        unlocked_event.then(lambda: (None, None), None, [unlock_probe, unlock_second], **PRIVATE)
         lock_button.click(do_lock, None, [unlocked, unlock_message, my_notes, notes_message], **PRIVATE)
+        lock_timer.tick(lock_when_due, [unlocked], [unlocked, unlock_message, my_notes, notes_message],
+                        show_progress="hidden", **PRIVATE)
 
-        def do_delete(session: dict[str, Any] | None, note: Any) -> tuple[Any, ...]:
-            message = ui.delete_note(session, note)
-            return message, ui.my_notes(session), None
+        def do_delete(note: Any, probe: Any, second: Any, encoder: str | None,
+                      request: gr.Request) -> tuple[Any, ...]:
+            message, rows = ui.delete_note(note, probe, encoder, second, request)
+            return message, rows, None
 
-        deleted = delete_button.click(_friendly(do_delete), [unlocked, note_id], [notes_message, my_notes, note_id],
-                                      **PRIVATE)
+        deleted = delete_button.click(_friendly(do_delete), [note_id, confirm_probe, confirm_second, encoder],
+                                      [notes_message, my_notes, note_id], **PRIVATE, **RAW)
+        deleted.then(lambda: (None, None), None, [confirm_probe, confirm_second], **PRIVATE)
         deleted.then(ui.status, None, [status], **PRIVATE)
 
-        def do_forget(session: dict[str, Any] | None, confirmed: bool) -> tuple[Any, ...]:
-            message = ui.forget(session, confirmed)
+        def do_forget(confirmed: bool, probe: Any, second: Any, encoder: str | None,
+                      request: gr.Request) -> tuple[Any, ...]:
+            message = ui.forget(confirmed, probe, encoder, second, request)
             return None, "Locked.", [], message, False
 
-        forgotten = forget_button.click(_friendly(do_forget), [unlocked, forget_ok],
-                                        [unlocked, unlock_message, my_notes, notes_message, forget_ok], **PRIVATE)
+        forgotten = forget_button.click(_friendly(do_forget), [forget_ok, confirm_probe, confirm_second, encoder],
+                                        [unlocked, unlock_message, my_notes, notes_message, forget_ok],
+                                        **PRIVATE, **RAW)
+        forgotten.then(lambda: (None, None), None, [confirm_probe, confirm_second], **PRIVATE)
         forgotten.then(ui.status, None, [status], **PRIVATE)
 
         def do_import(path: str, count: float, progress: gr.Progress = gr.Progress()) -> str:  # noqa: B008
@@ -1072,9 +1199,10 @@ def _store_tau(ui: BioMemoryApp, report: Any, *, which: str) -> str:
 
 def launch(demo: gr.Blocks, **overrides: Any) -> Any:
     """demo.launch() with this app's privacy and look: no run history, no monitoring, no MCP, no share."""
+    on_space = os.environ.get("SPACE_ID") is not None
     options: dict[str, Any] = dict(
-        server_name=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"),
-        server_port=int(os.environ.get("PORT", "7860")),
+        server_name=os.environ.get("GRADIO_SERVER_NAME") or ("0.0.0.0" if on_space else "127.0.0.1"),
+        server_port=int(os.environ.get("GRADIO_SERVER_PORT") or os.environ.get("PORT") or "7860"),
         share=False, run_history=False, enable_monitoring=False, mcp_server=False, ssr_mode=False,
         pwa=False, show_error=False, footer_links=["api", "gradio", "settings"], max_file_size="10mb",
         theme=THEME, css=CSS)
