@@ -6,7 +6,10 @@
 #   docker run ... -e BIOMEM_LLM=openai:gpt-4o-mini -e OPENAI_API_KEY=... biomem   # a real LLM
 #
 # Configuration: BIOMEM_DB, BIOMEM_ENCODER, BIOMEM_LLM, BIOMEM_POLICY, BIOMEM_TAU,
-# BIOMEM_LOAD_DEMO, BIOMEM_ADMIN, OPENAI_BASE_URL, OPENAI_API_KEY (see app.py and the README).
+# BIOMEM_LOAD_DEMO, BIOMEM_ADMIN, BIOMEM_DISCLOSURE, BIOMEM_ATTEMPTS, BIOMEM_KEY, OPENAI_BASE_URL,
+# OPENAI_API_KEY (see app.py and the README). The image is the public demo: it loads the sample
+# people and shows them transparently (BIOMEM_DISCLOSURE=demo, which never shows a real
+# enrolment); for real people run it with -e BIOMEM_DISCLOSURE=private -e BIOMEM_LOAD_DEMO=0.
 
 ARG PYTHON=3.11
 
@@ -39,6 +42,8 @@ ENV HOME=/home/user \
     HF_HUB_DISABLE_TELEMETRY=1 \
     GRADIO_SERVER_NAME=0.0.0.0 \
     PORT=7860 \
+    BIOMEM_LOAD_DEMO=1 \
+    BIOMEM_DISCLOSURE=demo \
     BIOMEM_DB=/home/user/data/biomem.db \
     MPLCONFIGDIR=/home/user/.cache/matplotlib
 WORKDIR /home/user/app
