@@ -161,7 +161,6 @@ class BioMemory:
             encoder = encoder.name
         stored_encoder = self.store.get_meta("default_modality")
         self.modality = encoder or stored_encoder or os.environ.get("BIOMEM_ENCODER") or DEFAULT_ENCODER
-        self._encoders.info(self.modality)
         if stored_encoder is None:
             self.store.set_meta("default_modality", self.modality)
         self.policy = policy

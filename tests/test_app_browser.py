@@ -110,7 +110,7 @@ def test_a_visitor_loads_the_demo_asks_captures_and_compares(chromium_path, tmp_
             panel = page.locator("#bm-chat-panel")
             expect(panel.locator(".bm-verdict")).to_contain_text("Matched Ben")
             expect(panel.locator("table.bm-notes").first).to_contain_text("7390")
-            expect(panel).to_contain_text("7 notes of 2 other people stayed out")
+            expect(panel).to_contain_text("7 notes of other people stayed out")
             expect(page.locator("#bm-chatbot")).to_contain_text("My PIN for the bank card is 7390")
             assert "4821" not in panel.inner_text() and "1156" not in panel.inner_text()
             expect(page.locator("#bm-chat-probe .image-frame img")).to_have_count(0)  # taken per message
@@ -158,7 +158,7 @@ def test_a_visitor_loads_the_demo_asks_captures_and_compares(chromium_path, tmp_
             expect(side_a.locator(".bm-answer")).to_contain_text("4821")
             expect(side_b.locator(".bm-verdict")).to_contain_text("No match")
             expect(side_b.locator(".bm-answer")).to_contain_text("no memories")
-            expect(side_b).to_contain_text("11 notes of 3 other people stayed out")
+            expect(side_b).to_contain_text("Nothing about other people is shown")  # the private disclosure
             assert not any(pin in side_b.inner_text() for pin in ("4821", "7390", "1156"))
             page.mouse.move(0, 0)  # no hover highlight in the picture
             compare_png = shots / "06-compare.png"
