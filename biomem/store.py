@@ -337,6 +337,11 @@ class Store:
                                   [modality]).fetchone()
         return (float(row[0]), row[1]) if row and row[0] is not None else None
 
+    def calibrated(self) -> list[str]:
+        """Modalities with a stored τ (calibrated or set by hand)."""
+        with self.lock:
+            return [r[0] for r in self.db.execute("SELECT modality FROM thresholds ORDER BY 1")]
+
     def set_threshold(self, modality: str, tau: float, source: str, *, step_up: bool = False) -> None:
         columns = ("tau_strict", "strict_source") if step_up else ("tau", "source")
         with self.transaction() as db:
