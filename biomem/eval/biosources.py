@@ -3,8 +3,8 @@
     palmsynth            synthetic palm ROIs (modalities.palmsynth) through palm-compcode
                          (default) or palm-ccnet (--encoder)
     faces                the 7 people of the insightface sample photos (biomem.samples) with
-                         augmented captures, through face-dlib
-    folder:DIR           DIR/<identity>/<image>, sorted, through --encoder (default face-dlib)
+                         augmented captures, through --encoder (default face-arcface-s)
+    folder:DIR           DIR/<identity>/<image>, sorted, through --encoder (default face-arcface-s)
     embeddings:FILE      an .npz with `embeddings` (N x d) and `labels` (N); optional `modality`
                          and `tau` (else the encoder's default τ when `modality` is registered,
                          else the paper's density intersection over the file's row pairs)
@@ -27,6 +27,7 @@ import numpy as np
 import modalities
 from biomem.errors import InvalidInputError, MultipleFacesError, NoFaceError
 from biomem.gate import Probe
+from biomem.memory import DEFAULT_ENCODER
 
 GALLERY_SIZE = 2
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp"}
@@ -59,9 +60,9 @@ def load_source(spec: str, count: int, *, encoder: str | None = None, tau: float
     if kind == "palmsynth" and not argument:
         bio = palmsynth(count, encoder or "palm-compcode", seed)
     elif kind == "faces" and not argument:
-        bio = faces(count, encoder or "face-dlib")
+        bio = faces(count, encoder or DEFAULT_ENCODER)
     elif kind == "folder" and argument:
-        bio = folder(Path(argument), count, encoder or "face-dlib")
+        bio = folder(Path(argument), count, encoder or DEFAULT_ENCODER)
     elif kind == "embeddings" and argument:
         bio = embeddings(Path(argument), count, tau)
     else:
