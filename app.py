@@ -144,8 +144,9 @@ _ERRORS: list[tuple[type[BaseException], str, str]] = [
     (InconsistentSamplesError, "Not one person", ""),
     (DuplicateLabelError, "Name taken", ""),
     (EnrolmentError, "Captures refused", ""),
-    (ForgetIncompleteError, "Not erased yet", "Another process is reading the store; your data is not "
-     "fully erased yet. Try Forget me again in a moment."),
+    (ForgetIncompleteError, "Not erased yet", "Your memories and templates are deleted, but another "
+     "process is still reading the store, so their last bytes are not erased yet: the next forget or a restart "
+     "finishes it."),
     (KeyUnavailableError, "Store locked", "The templates' key is missing or wrong; the server log says why."),
     (ModelUnavailableError, "Encoder not available", "This encoder's weights are not installed on this "
      "server: choose another probe encoder."),

@@ -326,6 +326,7 @@ class BioMemory:
             raise ModalityMismatchError(f"enrol one modality at a time, got {sorted(names)}")
         name = names.pop()
         tau = self.threshold(name)
+        self._check_dims(probes)
         check_one_person(probes, tau)
         with self._enrolling:
             check_not_enrolled(self.gate, probes, tau)
@@ -345,6 +346,7 @@ class BioMemory:
         probes = [self.probe(s, modality) for s in self._as_list(samples)]
         if not probes:
             raise InvalidInputError("add_templates needs at least one sample")
+        self._check_dims(probes)
         with self._enrolling:
             own = set(self.store.modalities(identity_id))
             for name in {p.modality for p in probes}:
@@ -355,6 +357,18 @@ class BioMemory:
                 for name in {p.modality for p in probes}:
                     self.store.add_templates(identity_id, name,
                                              np.stack([p.embedding for p in probes if p.modality == name]))
+
+    def _check_dims(self, probes: Sequence[Probe]) -> None:
+        """Templates of a registered encoder have its dimension: a first, wrong-sized template would
+        lock every real capture of that modality out (ModalityMismatchError)."""
+        for probe in probes:
+            try:
+                dim = self._encoders.info(probe.modality).dim
+            except UnknownModalityError:
+                continue  # an evaluation's own modality: its stored templates decide
+            if probe.embedding.shape != (dim,):
+                raise ModalityMismatchError(f"a {probe.modality} template has {dim} values, got "
+                                            f"{probe.embedding.shape[0]}: nothing was enrolled")
 
     @staticmethod
     def _as_list(samples: Any) -> list[Any]:
@@ -372,12 +386,21 @@ class BioMemory:
         in the database, its WAL or the index folder (ForgetIncompleteError otherwise)."""
         if (identity is None) == (probe is None):
             raise InvalidInputError("forget() takes exactly one of probe= or identity=")
+        if self.store.erasure_pending:
+            self.finish_erasure(timeout)
         owner = self.verify(probe, "Forgetting you", client=client) if probe is not None \
             else self.store.identity(identity).id
-        self.store.delete_identity(owner)
-        self.partitions.drop(owner)
+        try:
+            self.store.delete_identity(owner)
+        finally:
+            self.partitions.drop(owner)
         self.store.checkpoint(timeout)
         return owner
+
+    def finish_erasure(self, timeout: float = 10.0) -> None:
+        """Finish a forget that ForgetIncompleteError interrupted: wait up to `timeout` s for other
+        readers, then empty the write-ahead log that still held the erased pages."""
+        self.store.checkpoint(timeout)
 
     # ---- memories -----------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ threads behind one lock (the single write path); WAL keeps other processes' read
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import sqlite3
 import threading
@@ -33,6 +34,7 @@ from .errors import (
 from .migrations import migrate_1_to_2
 from .sealing import Sealer, load_key
 
+log = logging.getLogger(__name__)
 SCHEMA_VERSION = 2
 
 # Version 2: ids are AUTOINCREMENT (never reused, so nothing keyed by an id can reach a later
@@ -130,7 +132,7 @@ def from_blob(blob: bytes) -> np.ndarray:
 
 def check_id(value: object, what: str = "note") -> int:
     """A row id as a positive int; InvalidInputError for anything else (bools, floats, text)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) <= 0:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 < int(value) < 2**63:
         raise InvalidInputError(f"a {what} id is a positive integer, got {value!r}")
     return int(value)
 
@@ -181,6 +183,7 @@ class Store:
         self.path = Path(path)
         self.lock = threading.RLock()
         self.closed = False
+        self.erasure_pending = False  # a forget whose WAL checkpoint was blocked by a reader
         try:
             conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30,
                                    isolation_level=None)  # transactions are explicit, see transaction()
@@ -294,13 +297,17 @@ class Store:
         with self.lock:
             if self.closed:
                 return
-            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            busy, _, _ = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if busy and self.erasure_pending:
+                log.warning("closed %s while another connection still reads it: erased pages of a forget "
+                            "remain in its write-ahead log until the next checkpoint", self.path)
             self.db.close()
             self.closed = True
 
     def checkpoint(self, timeout: float = 10.0) -> None:
         """Copy the WAL into the main file and truncate it to zero bytes, waiting up to
-        `timeout` seconds for other connections' readers; ForgetIncompleteError if they stay."""
+        `timeout` seconds for other connections' readers; ForgetIncompleteError if they stay
+        (and `erasure_pending` stays set until a later checkpoint succeeds)."""
         deadline = time.monotonic() + timeout
         with self.lock:
             self.db.execute("PRAGMA busy_timeout=100")
@@ -309,12 +316,15 @@ class Store:
                     busy, _, _ = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
                     wal = self.path.with_name(self.path.name + "-wal")
                     if not busy and (not wal.exists() or wal.stat().st_size == 0):
+                        self.erasure_pending = False
                         return
                     if time.monotonic() > deadline:
+                        self.erasure_pending = True
                         raise ForgetIncompleteError(
-                            f"another connection kept reading {self.path} for {timeout:g} s, so erased "
-                            "pages are still in its write-ahead log; retry forget() before telling "
-                            "anyone their data is gone")
+                            f"another connection kept reading {self.path} for {timeout:g} s: the rows are "
+                            "deleted, but their erased pages are still in its write-ahead log; call "
+                            "finish_erasure() once the reader is done (forget() and close() retry it) "
+                            "before telling anyone their data is gone")
                     time.sleep(0.05)
             finally:
                 self.db.execute("PRAGMA busy_timeout=30000")
@@ -410,14 +420,13 @@ class Store:
             return [r[0] for r in self.db.execute(
                 f"SELECT DISTINCT modality FROM templates {where} ORDER BY 1", args)]
 
-    def delete_identity(self, identity_id: int, timeout: float = 10.0) -> None:
-        """Erase the identity and, by cascade, its templates, notes, links and history; returns
-        only when no byte of it is left in the file or its WAL (see checkpoint)."""
+    def delete_identity(self, identity_id: int) -> None:
+        """Delete the identity and, by cascade, its templates, notes, links and history (secure_delete
+        zeroes the main file's pages; checkpoint() then empties the WAL)."""
         with self.transaction() as db:
             self.identity(identity_id)
             db.execute("DELETE FROM identities WHERE id = ?", [int(identity_id)])
             self._bump_templates(db)
-        self.checkpoint(timeout)
 
     # notes
     def generation(self, owner_id: int) -> int:

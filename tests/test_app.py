@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import socket
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
