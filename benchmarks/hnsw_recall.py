@@ -62,7 +62,7 @@ def main() -> None:
         rows.append({"M": m, "ef_construction": ef_construction, "ef_search": ef, "notes": len(notes),
                      "queries": len(queries), "recall_at_10": float(np.mean(recall)),
                      "recall_min": float(np.min(recall)), "build_s": build_s, "query_ms": query_ms})
-    print(f"| M | ef_construction | ef_search | notes | queries | recall@10 (min) | build s | ms/query |")
+    print("| M | ef_construction | ef_search | notes | queries | recall@10 (min) | build s | ms/query |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['M']} | {r['ef_construction']} | {r['ef_search']} | {r['notes']} | {r['queries']} "

@@ -17,7 +17,7 @@ from biomem import BioMemory
 from biomem.calibrate import calibrate_folder
 from biomem.errors import MultipleFacesError, NoFaceError
 from biomem.memory import DEFAULT_ENCODER
-from biomem.samples import augment, calibration_faces, group_photo_path, write_face_set
+from biomem.samples import augment, calibration_faces, group_photo_path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.filterwarnings("ignore:`estimate` is deprecated:FutureWarning")

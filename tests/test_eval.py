@@ -123,8 +123,8 @@ def test_missing_data_is_downloaded_or_refused_with_a_clear_error(tmp_path):
 # ---- biometric sources --------------------------------------------------------------------------
 
 def test_faces_refuse_more_conversations_than_sample_people():
-    with pytest.raises(InvalidInputError, match="7 distinct people"):
-        load_source("faces", 8)
+    with pytest.raises(InvalidInputError, match="16 distinct people"):
+        load_source("faces", 17)
 
 
 def test_unknown_source_and_non_owner_rule():
@@ -208,6 +208,6 @@ def test_reduced_protocol_end_to_end(tmp_path, text_encoder):
 
 
 @needs_data
-def test_cli_refuses_faces_for_ten_conversations(tmp_path, capsys):
-    assert main(["locomo", "--data", str(DATA), "--bio", "faces", "--cache-dir", str(tmp_path)]) == 2
-    assert "7 distinct people" in capsys.readouterr().err
+def test_cli_reports_a_bad_biometric_source_in_one_line(tmp_path, capsys):
+    assert main(["locomo", "--data", str(DATA), "--bio", "faces:extra", "--cache-dir", str(tmp_path)]) == 2
+    assert "unknown --bio 'faces:extra'" in capsys.readouterr().err

