@@ -463,16 +463,25 @@ class OpenAIChat(ChatLLM):
 
 
 class HFChat(ChatLLM):
-    """A local transformers causal LM (Hub id resolved through the cache, or a local folder)."""
+    """A local transformers causal LM: a Hub id (resolved through the cache), a local folder, or a
+    local .gguf file (dequantized by transformers with the `gguf` package: the same model as a
+    llama.cpp server, in-process)."""
 
     def __init__(self, model: str, fallback: OfflineLLM, *, device: str = "cpu") -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         super().__init__(fallback)
         self.name = f"hf:{model}"
+        path = Path(model).expanduser()
+        source, options = (str(path.parent), {"gguf_file": path.name}) if path.suffix == ".gguf" else (model, {})
+        if options and not path.is_file():
+            raise LLMError(f"no GGUF file at {path}")
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(model)
-            self.model = AutoModelForCausalLM.from_pretrained(model).to(device).eval()
+            self.tokenizer = AutoTokenizer.from_pretrained(source, **options)
+            self.model = AutoModelForCausalLM.from_pretrained(source, **options).to(device).eval()
+        except ImportError as exc:  # a .gguf needs the gguf package
+            raise ModelUnavailableError(f"loading {model!r} needs: pip install gguf==0.19.0 accelerate==1.16.0 "
+                                        f"({exc})") from exc
         except (OSError, ValueError) as exc:  # missing files, or a folder that holds no model
             raise LLMError(f"cannot load {model!r} with transformers: {exc}") from exc
 

@@ -500,6 +500,14 @@ def test_hf_chat_on_a_folder_that_is_not_a_model_raises_llm_error(tmp_path, offl
         HFChat(str(tmp_path), offline)
 
 
+def test_hf_chat_on_a_gguf_path_that_is_missing_or_not_gguf_raises_llm_error(tmp_path, offline):
+    with pytest.raises(LLMError, match="no GGUF file"):
+        HFChat(str(tmp_path / "missing.gguf"), offline)
+    (tmp_path / "fake.gguf").write_bytes(b"not a gguf file at all")
+    with pytest.raises(LLMError, match="fake.gguf"):
+        HFChat(str(tmp_path / "fake.gguf"), offline)
+
+
 # ---- make_llm ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("spec", ["nonsense", "openai:", "hf:", "offline:extra", "gpt-4o"])

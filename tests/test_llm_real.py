@@ -21,11 +21,13 @@ from biomem.llm import (
     CONTEXT_PLACEHOLDER,
     NO_CONTEXT_PROMPT,
     LLM,
+    HFChat,
     OfflineLLM,
     OpenAIChat,
+    make_llm,
 )
 from biomem.store import Note
-from tests.llm_server import llama_server
+from tests.llm_server import llama_server, smollm2_or_skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -204,3 +206,18 @@ def test_a_timeout_falls_back_without_losing_the_note(server, make_memory, captu
     assert (stats["calls"], stats["errors"], stats["fallbacks"], stats["retried"]) == (1, 1, 1, 0)
     assert note.keywords == offline.analyze(text).keywords
     assert [n.content for n in mem.get_all(probe=capture(ALICE, 2))] == [text]
+
+
+def test_hf_backend_runs_the_same_gguf_in_process(make_memory, capture, text_encoder):
+    llm = make_llm(f"hf:{smollm2_or_skip()}", text_encoder)  # transformers + gguf: no server
+    assert isinstance(llm, HFChat)
+    mem = make_memory("hf.db", llm=llm)
+    alice = mem.enroll("alice", [capture(ALICE, 0)]).id
+    text, when = ALICE_NOTES[0]
+    note = mem.add(text, identity=alice, timestamp=when)
+    assert note.keywords and note.context.strip() and note.tags
+    answer = mem.ask("What is the name of my dog?", probe=capture(ALICE, 2))
+    assert answer.text.strip() and text in answer.prompt
+    stranger = mem.ask("What is the name of my dog?", probe=capture(STRANGER, 1))
+    assert text not in stranger.prompt and stranger.notes == []
+    assert llm.stats()["answer"]["calls"] == 2 and llm.stats()["total"]["errors"] == 0
