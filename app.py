@@ -70,6 +70,7 @@ from biomem.demo import (  # noqa: E402
     build_demo,
     demo_capture,
     demo_palm,
+    usable_capture,
 )
 from biomem.demo import STRANGER as DEMO_STRANGER  # noqa: E402
 from biomem.errors import (  # noqa: E402
@@ -484,13 +485,13 @@ class BioMemoryApp:
     def sample_capture(self, person: str, encoder: str | None) -> np.ndarray:
         """A fresh capture of a sample person, as a face photo or a palm ROI (by the encoder's kind)."""
         face, palm = SAMPLE_PEOPLE[person]
-        seed = secrets.randbelow(39) + 2  # captures 0 and 1 are the demo's enrolment samples
+        seeds = [secrets.randbelow(39) + 2 for _ in range(8)]  # captures 0 and 1 are the demo's enrolment samples
         if self.kind(encoder) == "palm":
-            return demo_palm(palm, seed)
+            return demo_palm(palm, seeds[0])
         if face is None:
             raise fail(f"{person} has a sample palm but no sample face: choose a palm encoder.",
                        title="No sample face")
-        return demo_capture(face, seed)
+        return usable_capture(self.mem.encoder(encoder or self.mem.modality), face, seeds)
 
     def kind(self, encoder: str | None) -> str:
         try:

@@ -8,10 +8,14 @@ memories, the stranger none.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 
+import modalities
+
+from .errors import MultipleFacesError, NoFaceError
 from .memory import BioMemory
 from .samples import augment, face_crops
 
@@ -46,6 +50,19 @@ def demo_capture(person: int, seed: int) -> np.ndarray:
     return face if seed == 0 else augment(face, seed=1000 * person + seed)
 
 
+def usable_capture(encoder: modalities.Encoder, person: int, seeds: Iterable[int]) -> np.ndarray:
+    """The first capture among `seeds` in which `encoder` finds exactly one face: the augmentations
+    tilt, scale and blur, and a detector misses a few of them, as it would a badly framed shot."""
+    for seed in seeds:
+        image = demo_capture(person, seed)
+        try:
+            encoder.encode(image)
+        except (NoFaceError, MultipleFacesError):
+            continue
+        return image
+    raise NoFaceError(f"{encoder.name} found no single face in the captures tried of sample person {person}")
+
+
 def demo_palm(seed: int, capture: int) -> np.ndarray:
     """A synthetic palm ROI of identity `seed` (capture 0: the canonical rendering)."""
     from modalities.palmsynth import palm_capture
@@ -73,8 +90,8 @@ def run_demo(path: str | Path, question: str = "What is my bank card PIN?") -> N
     with BioMemory(path) as mem:
         if not mem.identities():
             build_demo(mem)
-        askers = [(label, demo_capture(person, 5)) for person, label in enumerate(DEMO_PEOPLE)]
-        askers.append(("a stranger", demo_capture(STRANGER, 5)))
+        people = [*enumerate(DEMO_PEOPLE), (STRANGER, "a stranger")]
+        askers = [(label, usable_capture(mem.encoder(), person, range(5, 40))) for person, label in people]
         print(f"store: {path} | question: {question!r}\n")
         for who, probe in askers:
             answer = mem.ask(question, probe=probe, k=3)

@@ -24,9 +24,12 @@ def text_encoder() -> TextEncoder:
     return TextEncoder()
 
 
+FACE = "face-arcface-s"  # the default face encoder of a new store
+
+
 @pytest.fixture(scope="session")
 def face_encoder() -> modalities.Encoder:
-    return modalities.create("face-dlib")
+    return modalities.create(FACE)
 
 
 @pytest.fixture(scope="session")
@@ -39,8 +42,8 @@ def faces() -> list[np.ndarray]:
 def capture(faces, face_encoder):
     """capture(person, n): the n-th augmented capture of a person (n=0 is the photo itself).
 
-    HOG misses a few strongly tilted augmentations of the three-quarter face (person 4), as
-    it would a badly framed camera shot: captures are the augmentations it detects.
+    The detector misses a few strongly tilted augmentations, as it would a badly framed camera
+    shot: captures are the augmentations in which it finds exactly one face.
     """
     usable: dict[int, list[np.ndarray]] = {}
     tried: dict[int, int] = {}
@@ -60,12 +63,12 @@ def capture(faces, face_encoder):
 
 @pytest.fixture(scope="session")
 def face_probe(face_encoder, capture):
-    """face_probe(person, n): the real face-dlib embedding of a capture, as a Probe."""
+    """face_probe(person, n): the real embedding of a capture by the default face encoder, as a Probe."""
     cache: dict[tuple[int, int], Probe] = {}
 
     def make(person: int, n: int) -> Probe:
         if (person, n) not in cache:
-            cache[(person, n)] = Probe(face_encoder.encode(capture(person, n)), "face-dlib")
+            cache[(person, n)] = Probe(face_encoder.encode(capture(person, n)), face_encoder.name)
         return cache[(person, n)]
     return make
 

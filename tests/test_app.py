@@ -81,7 +81,7 @@ def server(tmp_path_factory, text_encoder, face_encoder) -> Iterator[SimpleNames
 def probes(tmp_path_factory) -> dict[str, str]:
     """Probe files as a visitor would upload them: new captures, never the enrolment ones."""
     folder = tmp_path_factory.mktemp("probes")
-    images = {label: demo_capture(person, 7) for person, label in enumerate(DEMO_PEOPLE)}
+    images = {label: demo_capture(person, 10) for person, label in enumerate(DEMO_PEOPLE)}
     images["Stranger"] = demo_capture(6, 7)
     images["Ana palm"] = palm_capture(1, 7)
     images["blank"] = np.full((256, 256, 3), 128, np.uint8)
@@ -93,7 +93,7 @@ def probes(tmp_path_factory) -> dict[str, str]:
     return paths
 
 
-def ask(client: Client, probe: str, question: str = QUESTION, encoder: str = "face-dlib") -> dict:
+def ask(client: Client, probe: str, question: str = QUESTION, encoder: str = "face-arcface-s") -> dict:
     return client.predict(question, handle_file(probe), encoder, api_name="/ask")
 
 
@@ -134,7 +134,7 @@ def test_two_clients_with_different_probes_get_different_gated_sets(server, prob
 
 def test_a_stranger_learns_only_no_match(server, probes):
     result = ask(Client(server.url, verbose=False), probes["Stranger"])
-    assert result["gate"] == {"matched": False, "modality": "face-dlib"}
+    assert result["gate"] == {"matched": False, "modality": "face-arcface-s"}
     assert result["notes"] == [] and result["gated_out"] is None
     assert "no memories" in result["answer"]
     assert labels_in(result) == set() and "score" not in json.dumps(result)
@@ -144,14 +144,14 @@ def test_a_stranger_learns_only_no_match(server, probes):
 def test_compare_returns_both_sides(server, probes):
     client = Client(server.url, verbose=False)
     result = client.predict(QUESTION, handle_file(probes["Chloe"]), handle_file(probes["Stranger"]),
-                            "face-dlib", api_name="/compare")
+                            "face-arcface-s", api_name="/compare")
     assert result["question"] == QUESTION
     assert result["a"]["gate"]["label"] == "Chloe" and PINS["Chloe"] in result["a"]["answer"]
     assert result["b"]["gate"]["matched"] is False and result["b"]["notes"] == []
     assert labels_in(result["b"]) == set()
     # one side failing does not hide the other: a blank image has no face
     mixed = client.predict(QUESTION, handle_file(probes["Ana"]), handle_file(probes["blank"]),
-                           "face-dlib", api_name="/compare")
+                           "face-arcface-s", api_name="/compare")
     assert mixed["a"]["gate"]["label"] == "Ana"
     assert mixed["b"] == {"error": "No face found", "message": mixed["b"]["message"]}
 
@@ -164,24 +164,24 @@ def test_a_palm_probe_opens_the_same_person_s_memories(server, probes):
 
 def test_remember_by_chat_then_only_the_owner_gets_it_back(server, probes):
     client = Client(server.url, verbose=False)
-    stored = client.predict("My gym locker is number 318", handle_file(probes["Ben"]), "face-dlib",
+    stored = client.predict("My gym locker is number 318", handle_file(probes["Ben"]), "face-arcface-s",
                             api_name="/remember")
     assert stored["owner"] == "Ben" and stored["note"]["content"] == "My gym locker is number 318"
     assert "318" in ask(client, probes["Ben"], "Which gym locker is mine?")["answer"]
     assert "318" not in json.dumps(ask(client, probes["Ana"], "Which gym locker is mine?"))
     with pytest.raises(AppError, match="matches nobody enrolled"):
-        client.predict("I am not enrolled", handle_file(probes["Stranger"]), "face-dlib", api_name="/remember")
+        client.predict("I am not enrolled", handle_file(probes["Stranger"]), "face-arcface-s", api_name="/remember")
     cache = server.cache / "fresh"
     cache.mkdir(exist_ok=True)
     face, palm = cache / "ben.png", cache / "ben-palm.png"
-    Image.fromarray(demo_capture(1, 8)).save(face)
+    Image.fromarray(demo_capture(1, 11)).save(face)
     with pytest.raises(gr.Error, match="palm-compcode missing"):  # Ben enrolled a face and a palm
-        app._friendly(server.ui.delete_note)(stored["note"]["id"], str(face), "face-dlib")
+        app._friendly(server.ui.delete_note)(stored["note"]["id"], str(face), "face-arcface-s")
     assert not face.exists()  # a refused action still deletes its probe
     cache.mkdir(exist_ok=True)
     Image.fromarray(demo_capture(1, 9)).save(face)
     Image.fromarray(palm_capture(2, 8)).save(palm)
-    message, _ = server.ui.delete_note(stored["note"]["id"], str(face), "face-dlib", str(palm))
+    message, _ = server.ui.delete_note(stored["note"]["id"], str(face), "face-arcface-s", str(palm))
     assert message.startswith("Deleted note") and not face.exists() and not palm.exists()
 
 
@@ -201,7 +201,7 @@ def test_missing_inputs_are_refused_with_a_message(server, probes):
     with pytest.raises(AppError, match="Type a question"):
         ask(client, probes["Ana"], question="  ")
     with pytest.raises(AppError, match="Give both probes"):
-        client.predict(QUESTION, handle_file(probes["Ana"]), None, "face-dlib", api_name="/compare")
+        client.predict(QUESTION, handle_file(probes["Ana"]), None, "face-arcface-s", api_name="/compare")
 
 
 def test_no_probe_file_stays_in_gradios_cache(server, probes):
@@ -209,7 +209,7 @@ def test_no_probe_file_stays_in_gradios_cache(server, probes):
     ask(client, probes["Ana"])
     with pytest.raises(AppError):
         ask(client, probes["blank"])
-    client.predict(QUESTION, handle_file(probes["Ben"]), handle_file(probes["Stranger"]), "face-dlib",
+    client.predict(QUESTION, handle_file(probes["Ben"]), handle_file(probes["Stranger"]), "face-arcface-s",
                    api_name="/compare")
     assert cached_images(server.cache) == []
 
@@ -250,32 +250,32 @@ def test_enrol_unlock_delete_and_forget_me(make_memory, capture, cache):
     ui = app.BioMemoryApp(mem, admin=False)
     files = [upload(cache, capture(3, n), f"enrol{n}") for n in range(3)]
     steps = []
-    message = ui.enroll("Dana", files[:2], files[2], "face-dlib", lambda *a, **k: steps.append(a))
+    message = ui.enroll("Dana", files[:2], files[2], "face-arcface-s", lambda *a, **k: steps.append(a))
     assert "Enrolled **Dana** from 3 image(s)" in message and len(steps) >= 3
     assert cached_images(cache) == []  # enrolment images are deleted once encoded
     with pytest.raises(gr.Error, match="already enrolled") as caught:
-        app._friendly(ui.enroll)("Dana again", [upload(cache, capture(3, 4), "again")], None, "face-dlib")
+        app._friendly(ui.enroll)("Dana again", [upload(cache, capture(3, 4), "again")], None, "face-arcface-s")
     assert "Dana" not in caught.value.message  # never says whom
     palms = [upload(cache, palm_capture(5, n), f"palm{n}") for n in range(2)]  # a first palm in a face store
     assert "Enrolled **Pat** from 2 image(s) with `palm-compcode`" in ui.enroll("Pat", palms, None, "palm-compcode")
 
-    ui.remember("My bike lock code is 2468", upload(cache, capture(3, 5), "memo"), "face-dlib")
+    ui.remember("My bike lock code is 2468", upload(cache, capture(3, 5), "memo"), "face-arcface-s")
     with pytest.raises(gr.Error, match="fresh, clear probe"):
-        app._friendly(ui.unlock)(upload(cache, capture(6, 1), "stranger"), "face-dlib")
-    session = ui.unlock(upload(cache, capture(3, 6), "unlock"), "face-dlib")
+        app._friendly(ui.unlock)(upload(cache, capture(6, 1), "stranger"), "face-arcface-s")
+    session = ui.unlock(upload(cache, capture(3, 6), "unlock"), "face-arcface-s")
     assert session["label"] == "Dana" and "probe" not in session  # a view, not a credential
     rows = session["rows"]
     assert [r[2] for r in rows] == ["My bike lock code is 2468"]
     with pytest.raises(gr.Error, match="None of your notes"):
-        app._friendly(ui.delete_note)(10_000, upload(cache, capture(3, 7), "fresh"), "face-dlib")
+        app._friendly(ui.delete_note)(10_000, upload(cache, capture(3, 7), "fresh"), "face-arcface-s")
     with pytest.raises(gr.Error, match="fresh, clear probe"):  # someone else's fresh probe
-        app._friendly(ui.delete_note)(rows[0][0], upload(cache, capture(6, 2), "other"), "face-dlib")
-    message, rows_after = ui.delete_note(rows[0][0], upload(cache, capture(3, 8), "fresh2"), "face-dlib")
+        app._friendly(ui.delete_note)(rows[0][0], upload(cache, capture(6, 2), "other"), "face-arcface-s")
+    message, rows_after = ui.delete_note(rows[0][0], upload(cache, capture(3, 8), "fresh2"), "face-arcface-s")
     assert "Deleted note" in message and rows_after == []
 
     with pytest.raises(gr.Error, match="Tick the box"):
-        ui.forget(False, upload(cache, capture(3, 9), "unticked"), "face-dlib")
-    assert "Forgot **Dana**" in ui.forget(True, upload(cache, capture(3, 10), "forget"), "face-dlib")
+        ui.forget(False, upload(cache, capture(3, 9), "unticked"), "face-arcface-s")
+    assert "Forgot **Dana**" in ui.forget(True, upload(cache, capture(3, 10), "forget"), "face-arcface-s")
     assert [i.label for i in mem.identities()] == ["Pat"]
     assert cached_images(cache) == []
 
@@ -284,16 +284,16 @@ def test_a_stale_tab_cannot_touch_the_next_person(make_memory, capture, cache):
     """Dan forgets himself in one tab, Eve enrols: Dan's other tab can read or erase nothing."""
     mem = make_memory()
     ui = app.BioMemoryApp(mem)
-    ui.enroll("Dan", [upload(cache, capture(3, n), f"dan{n}") for n in range(2)], None, "face-dlib")
-    stale = ui.unlock(upload(cache, capture(3, 2), "dan-tab"), "face-dlib")
-    ui.forget(True, upload(cache, capture(3, 3), "dan-forget"), "face-dlib")
-    eve = ui.enroll("Eve", [upload(cache, capture(5, n), f"eve{n}") for n in range(2)], None, "face-dlib")
+    ui.enroll("Dan", [upload(cache, capture(3, n), f"dan{n}") for n in range(2)], None, "face-arcface-s")
+    stale = ui.unlock(upload(cache, capture(3, 2), "dan-tab"), "face-arcface-s")
+    ui.forget(True, upload(cache, capture(3, 3), "dan-forget"), "face-arcface-s")
+    eve = ui.enroll("Eve", [upload(cache, capture(5, n), f"eve{n}") for n in range(2)], None, "face-arcface-s")
     assert "Enrolled **Eve**" in eve
-    ui.remember("Eve's locker is 77", upload(cache, capture(5, 2), "eve-memo"), "face-dlib")
+    ui.remember("Eve's locker is 77", upload(cache, capture(5, 2), "eve-memo"), "face-arcface-s")
     eve_id = next(i.id for i in mem.identities() if i.label == "Eve")
     assert eve_id != stale["identity"]  # ids are never reused
-    for action in (lambda p: ui.forget(True, p, "face-dlib"), lambda p: ui.delete_note(1, p, "face-dlib"),
-                   lambda p: ui.unlock(p, "face-dlib")):
+    for action in (lambda p: ui.forget(True, p, "face-arcface-s"), lambda p: ui.delete_note(1, p, "face-arcface-s"),
+                   lambda p: ui.unlock(p, "face-arcface-s")):
         with pytest.raises(gr.Error, match="fresh, clear probe"):
             app._friendly(action)(upload(cache, capture(3, 4), "dan-again"))
     assert [n.content for n in mem.store.all_notes(eve_id)] == ["Eve's locker is 77"]
@@ -308,7 +308,7 @@ def test_llm_unreachable_is_a_readable_message_not_a_traceback(make_memory, text
     mem = make_memory(llm=llm)
     mem.enroll("Eve", [face_probe(0, 0), face_probe(0, 1)])
     with pytest.raises(gr.Error) as caught:
-        app._friendly(app.BioMemoryApp(mem).ask)(QUESTION, upload(cache, capture(0, 3), "probe"), "face-dlib")
+        app._friendly(app.BioMemoryApp(mem).ask)(QUESTION, upload(cache, capture(0, 3), "probe"), "face-arcface-s")
     assert caught.value.title == "LLM unreachable"
     assert "127.0.0.1" not in caught.value.message and "Traceback" not in caught.value.message
 
@@ -348,18 +348,18 @@ def test_calibrate_palms_shows_histograms_and_stores_tau(make_memory):
     assert "Stored τ" in ui.store_tau(report, "intersection")
     assert mem.threshold("palm-compcode") == pytest.approx(report.intersection.tau)
     names = [row[0] for row in ui.encoder_table()]
-    assert {"face-dlib", "palm-compcode"} <= set(names)
+    assert {"face-arcface-s", "palm-compcode"} <= set(names)
 
 
 def test_configuration_from_the_environment(monkeypatch, tmp_path, text_encoder, face_encoder):
     monkeypatch.setenv("BIOMEM_DB", str(tmp_path / "env.db"))
     monkeypatch.setenv("BIOMEM_LLM", "offline")
     monkeypatch.setenv("BIOMEM_POLICY", "all")
-    monkeypatch.setenv("BIOMEM_TAU", "face-dlib=0.93, palm-compcode=0.4")
+    monkeypatch.setenv("BIOMEM_TAU", "face-arcface-s=0.5, palm-compcode=0.4")
     mem = app.memory_from_env(text_model=text_encoder, encoder=face_encoder)
     try:
         assert mem.path == tmp_path / "env.db" and mem.policy == "all" and mem.llm.name == "offline"
-        assert mem.threshold("face-dlib") == pytest.approx(0.93)
+        assert mem.threshold("face-arcface-s") == pytest.approx(0.5)
         assert mem.threshold("palm-compcode") == pytest.approx(0.4)
     finally:
         mem.close()
@@ -367,7 +367,7 @@ def test_configuration_from_the_environment(monkeypatch, tmp_path, text_encoder,
 
 def test_panels_escape_what_people_typed():
     result = {"kind": "answer", "question": "q", "answer": "<script>x</script>", "prompt": "",
-              "gate": {"matched": True, "label": "<b>", "threshold": 0.95, "modality": "face-dlib",
+              "gate": {"matched": True, "label": "<b>", "threshold": 0.95, "modality": "face-arcface-s",
                        "admitted": [{"identity": 1, "label": "<b>", "score": 0.99}],
                        "policy": "best", "scores": [{"identity": 1, "label": "<img src=x>", "score": 0.99,
                                                      "admitted": True}]},

@@ -47,7 +47,7 @@ def png(tmp_path, image: np.ndarray, name: str) -> str:
 
 
 def ask(client: Client, probe: str) -> dict:
-    return client.predict(QUESTION, handle_file(probe), "face-dlib", api_name="/ask")
+    return client.predict(QUESTION, handle_file(probe), "face-arcface-s", api_name="/ask")
 
 
 def test_a_stranger_is_refused_after_the_miss_limit_even_with_a_new_session(demo_store, tmp_path):
@@ -56,9 +56,9 @@ def test_a_stranger_is_refused_after_the_miss_limit_even_with_a_new_session(demo
     with served_app(mem, tmp_path / "cache") as served:
         client = Client(served.url, verbose=False)
         for _ in range(3):
-            assert ask(client, stranger)["gate"] == {"matched": False, "modality": "face-dlib"}
+            assert ask(client, stranger)["gate"] == {"matched": False, "modality": "face-arcface-s"}
         encodes = []
-        encoder = mem.encoder("face-dlib")
+        encoder = mem.encoder("face-arcface-s")
         original = encoder.encode
         encoder.encode = lambda image: encodes.append(1) or original(image)  # count encoder work
         try:
@@ -86,7 +86,7 @@ def test_rejected_uploads_leave_no_file_and_a_crafted_path_reads_nothing(demo_st
         assert [p for p in served.cache.rglob("*") if p.is_file()] == []
         # raw HTTP naming a server path as the probe: refused, the file neither read as Ana nor deleted
         reply = httpx.post(served.url + "gradio_api/call/ask", json={"data": [
-            QUESTION, {"path": str(secret), "meta": {"_type": "gradio.FileData"}}, "face-dlib"]})
+            QUESTION, {"path": str(secret), "meta": {"_type": "gradio.FileData"}}, "face-arcface-s"]})
         events = httpx.get(served.url + f"gradio_api/call/ask/{reply.json()['event_id']}").text
         assert "event: error" in events and "4821" not in events and "Ana" not in events
     assert secret.exists()
@@ -100,14 +100,14 @@ def test_admin_actions_are_off_for_an_anonymous_client(demo_store, tmp_path, mon
     monkeypatch.delenv("BIOMEM_ADMIN", raising=False)
     monkeypatch.delenv("SPACE_ID", raising=False)
     mem = demo_store()
-    tau = mem.threshold("face-dlib")
+    tau = mem.threshold("face-arcface-s")
     with served_app(mem, tmp_path / "cache") as served:
         assert served.ui.admin is False
         calibrate = next(i for i, fn in served.demo.fns.items() if [b._id for b in fn.inputs][1:2]
                          and fn.inputs[1].elem_id is None and isinstance(fn.inputs[1], gr.Radio))
         session = "attacker"
         joined = httpx.post(served.url + "gradio_api/queue/join", json={
-            "data": ["face-dlib", "folder", str(served.cache)], "fn_index": calibrate,
+            "data": ["face-arcface-s", "folder", str(served.cache)], "fn_index": calibrate,
             "session_hash": session, "event_data": None, "trigger_id": None})
         assert joined.status_code == 200
         with httpx.stream("GET", served.url + f"gradio_api/queue/data?session_hash={session}") as events:
@@ -118,7 +118,7 @@ def test_admin_actions_are_off_for_an_anonymous_client(demo_store, tmp_path, mon
             served.ui.import_locomo(str(tmp_path / "locomo10.json"), 1)
         with pytest.raises(gr.Error, match="disabled"):
             served.ui.store_tau(object(), "fmr")
-    assert mem.threshold("face-dlib") == tau
+    assert mem.threshold("face-arcface-s") == tau
 
 
 def test_the_server_binds_localhost_unless_told_and_honours_gradio_s_variables(monkeypatch):
@@ -154,14 +154,14 @@ def test_enrolment_injection_through_the_enrol_tab_fails(demo_store, tmp_path, c
     mixed = [upload(cache, demo_capture(5, 1), "own")] + [upload(cache, demo_capture(0, n), f"ana{n}")
                                                          for n in range(2, 8)]
     with pytest.raises(gr.Error) as caught:
-        app._friendly(ui.enroll)("Mallory", mixed, None, "face-dlib")
+        app._friendly(ui.enroll)("Mallory", mixed, None, "face-arcface-s")
     assert caught.value.title == "Not one person"
     with pytest.raises(gr.Error) as caught:  # a new name from photos of an enrolled person
         app._friendly(ui.enroll)("Ana 2", [upload(cache, demo_capture(0, n), f"again{n}") for n in (3, 4)],
-                                 None, "face-dlib")
+                                 None, "face-arcface-s")
     assert caught.value.title == "Already enrolled" and "Ana" not in caught.value.message
     with pytest.raises(gr.Error) as caught:
-        app._friendly(ui.enroll)("ana", [upload(cache, demo_capture(5, 2), "name")], None, "face-dlib")
+        app._friendly(ui.enroll)("ana", [upload(cache, demo_capture(5, 2), "name")], None, "face-arcface-s")
     assert caught.value.title == "Name taken"
     assert mem.store.counts() == before and cached_images(cache) == []
     assert mem.identify(demo_capture(0, 9)).labels == {1: "Ana"}
@@ -170,9 +170,9 @@ def test_enrolment_injection_through_the_enrol_tab_fails(demo_store, tmp_path, c
 def test_demo_disclosure_shows_sample_people_but_never_a_real_enrolment(demo_store, tmp_path, cache):
     mem = demo_store(disclosure="demo")
     ui = app.BioMemoryApp(mem)
-    ui.enroll("Zoe Real", [upload(cache, demo_capture(5, n), f"zoe{n}") for n in range(2)], None, "face-dlib")
-    ui.remember("Zoe's door code is 5511", upload(cache, demo_capture(5, 2), "zoe-memo"), "face-dlib")
-    stranger = ui.ask(QUESTION, upload(cache, demo_capture(6, 2), "stranger"), "face-dlib")
+    ui.enroll("Zoe Real", [upload(cache, demo_capture(5, n), f"zoe{n}") for n in range(2)], None, "face-arcface-s")
+    ui.remember("Zoe's door code is 5511", upload(cache, demo_capture(5, 2), "zoe-memo"), "face-arcface-s")
+    stranger = ui.ask(QUESTION, upload(cache, demo_capture(6, 2), "stranger"), "face-arcface-s")
     shown = {row["label"] for row in stranger["gate"]["scores"]}
     assert shown == set(DEMO_PEOPLE)  # the demo's transparency, for its sample people only
     assert all(row["score"] == round(row["score"], 2) for row in stranger["gate"]["scores"])

@@ -76,7 +76,7 @@ def test_a_group_photo_or_a_face_free_image_is_refused(arcface):
 
 
 def test_new_store_gates_with_arcface_and_an_existing_face_dlib_store_keeps_its_encoder(tmp_path, text_encoder,
-                                                                                        arcface, face_encoder):
+                                                                                        arcface):
     faces = calibration_faces()
     with BioMemory(tmp_path / "new.db", text_model=text_encoder) as mem:
         mem._encoders.encoders[arcface.name] = arcface  # the module's loaded model: same weights, no reload
@@ -87,10 +87,13 @@ def test_new_store_gates_with_arcface_and_an_existing_face_dlib_store_keeps_its_
             "My locker code is 3141"]
         stranger = mem.search("locker code", probe=faces[9][0])
         assert stranger.notes == [] and stranger.gate.identity is None
-    with BioMemory(tmp_path / "old.db", text_model=text_encoder, encoder=face_encoder):
-        pass
+    with BioMemory(tmp_path / "old.db", text_model=text_encoder, encoder="face-dlib") as old:
+        owner = old.enroll("Owner", [faces[0][0]])
+        old.add("My locker code is 3141", identity=owner.id)
     with BioMemory(tmp_path / "old.db", text_model=text_encoder) as reopened:
         assert reopened.modality == "face-dlib"
+        hits = reopened.search("locker code", probe=augment(faces[0][0], seed=2)).notes
+        assert [n.content for n, _ in hits] == ["My locker code is 3141"]
 
 
 def test_a_fresh_process_loads_arcface_offline_without_importing_the_package(tmp_path):

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 from PIL import Image
 
+import modalities
 from biomem.cli import main
 
 
@@ -88,10 +89,11 @@ def test_calibrate_prints_tau_plots_and_saves_it(tmp_path, capture, capsys):
         for n in range(3):
             Image.fromarray(capture(person, n)).save(folder / f"{n}.png")
     db = ["--db", str(tmp_path / "cal.db")]
-    code, out, _ = run(capsys, *db, "calibrate", "--modality", "face-dlib", "--data", str(data),
+    code, out, _ = run(capsys, *db, "calibrate", "--modality", "face-arcface-s", "--data", str(data),
                        "--plot", str(tmp_path / "hist.png"), "--save", "intersection")
     assert code == 0 and "EER" in out and "saved τ" in out
     assert (tmp_path / "hist.png").stat().st_size > 1000
     stats = json.loads(run(capsys, *db, "stats")[1])
-    tau = stats["modalities"]["face-dlib"]
-    assert tau != 0.95 and 0.85 < tau < 1.0  # calibrated, not the encoder's default
+    tau = stats["modalities"]["face-arcface-s"]
+    # calibrated: between ArcFace's impostor (< 0.25) and genuine (> 0.6) scores, not the default
+    assert tau != modalities.info("face-arcface-s").default_threshold and 0.25 < tau < 0.6

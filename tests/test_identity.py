@@ -44,7 +44,7 @@ from modalities.palmsynth import palm_capture
 
 ANA, BEN, CARA, DAN = 0, 1, 2, 3  # people of biomem.samples.face_crops(); CARA and DAN are never enrolled here
 ANA_LABEL, BEN_LABEL = "Anastasia Quellmark", "Benedikt Vornholt"  # unique enough to grep for
-FACE = "face-dlib"
+FACE = "face-arcface-s"
 PALM = "palm-compcode"
 
 

@@ -300,7 +300,7 @@ def routine(body: dict) -> str:
 def two_owners(tmp_path, server, text, offline):
     """A BioMemory on the scripted LLM with Alice and Bob enrolled, two notes each."""
     rng = np.random.default_rng(20240501)
-    alice_probe, bob_probe = (Probe(rng.standard_normal(128), "face-dlib") for _ in range(2))
+    alice_probe, bob_probe = (Probe(rng.standard_normal(512), "face-arcface-s") for _ in range(2))
     llm = OpenAIChat(MODEL, fallback=offline, base_url=server.base_url, api_key="x", timeout=10)
     mem = BioMemory(tmp_path / "m.db", llm=llm, text_model=text)
     alice, bob = mem.enroll("alice", alice_probe), mem.enroll("bob", bob_probe)
@@ -397,7 +397,7 @@ def test_hostile_evolution_cannot_cross_owners_but_same_owner_evolution_applies(
 
 def test_a_new_owners_first_note_is_never_evolved_against_other_owners(tmp_path, server, text, offline):
     rng = np.random.default_rng(7)
-    bob_probe, carol_probe = (Probe(rng.standard_normal(128), "face-dlib") for _ in range(2))
+    bob_probe, carol_probe = (Probe(rng.standard_normal(512), "face-arcface-s") for _ in range(2))
     llm = OpenAIChat(MODEL, fallback=offline, base_url=server.base_url, api_key="x", timeout=10)
     with BioMemory(tmp_path / "m.db", llm=llm, text_model=text) as mem:
         bob, carol = mem.enroll("bob", bob_probe), mem.enroll("carol", carol_probe)
@@ -415,7 +415,7 @@ def test_a_new_owners_first_note_is_never_evolved_against_other_owners(tmp_path,
 
 def test_ask_sends_the_llm_only_the_requesters_notes(two_owners, server):
     mem, (alice, alice_probe, a_ids), (bob, bob_probe, b_ids) = two_owners
-    stranger = Probe(np.random.default_rng(99).standard_normal(128), "face-dlib")
+    stranger = Probe(np.random.default_rng(99).standard_normal(512), "face-arcface-s")
     server.script("I don't know.", "4821")
 
     nobody = mem.ask("What is my bank PIN?", probe=stranger)

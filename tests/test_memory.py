@@ -182,7 +182,7 @@ def test_reopening_gives_the_same_results(make_memory, face_probe, tmp_path):
     again = make_memory("reopen.db")
     after = [(n.id, round(s, 5)) for n, s in again.search("topic 3", probe=face_probe(ALICE, 1)).notes]
     assert before == after and len(before) == 10
-    assert again.modality == "face-dlib"
+    assert again.modality == "face-arcface-s"
 
 
 def test_missing_or_stale_index_files_are_rebuilt(make_memory, face_probe, tmp_path):
@@ -238,12 +238,13 @@ def test_gate_equals_the_papers_per_note_indicator(make_memory, face_probe):
     rng = np.random.default_rng(7)
     for person in range(7):
         probe = face_probe(person, 3)
-        for tau in (mem.threshold(), 0.9, 0.8, float(rng.uniform(0.85, 0.99))):
+        # The default τ, then thresholds low enough that impostors of ArcFace (cosine about -0.1 to 0.25) pass.
+        for tau in (mem.threshold(), 0.2, 0.1, 0.0, float(rng.uniform(-0.1, 0.3))):
             mem.set_threshold(tau)
             admitted = {n.id for o in mem.identify(probe).admitted for n in mem.store.all_notes(o)}
             naive = set()
             for note_id, owner_id in mem.store.db.execute("SELECT id, owner_id FROM notes"):
-                ids, templates = mem.store.templates("face-dlib")
+                ids, templates = mem.store.templates("face-arcface-s")
                 b_i = templates[ids == owner_id]  # the owner's biometric embedding(s) of this note
                 cos = b_i @ probe.embedding / np.linalg.norm(b_i, axis=1) / np.linalg.norm(probe.embedding)
                 if cos.max() >= tau:
@@ -306,7 +307,7 @@ def test_bad_inputs_raise_typed_errors_and_write_nothing(family, capture, tmp_pa
         (MultipleFacesError, lambda: mem.ask("What is my PIN?", probe=str(group_photo_path()))),
         (MultipleFacesError, lambda: mem.enroll("group", [str(group_photo_path())])),
         (ModalityMismatchError, lambda: mem.search("x", probe=Probe(np.ones(2048), "palm-compcode"))),
-        (ModalityMismatchError, lambda: mem.search("x", probe=Probe(np.ones(64), "face-dlib"))),
+        (ModalityMismatchError, lambda: mem.search("x", probe=Probe(np.ones(64), "face-arcface-s"))),
         (InvalidInputError, lambda: mem.add("   ", identity=alice.id)),
         (InvalidInputError, lambda: mem.add("two owners", identity=alice.id, probe=capture(ALICE, 1))),
         (InvalidInputError, lambda: mem.add("bad time", identity=alice.id, timestamp="next Tuesday-ish")),
@@ -358,11 +359,11 @@ def test_multimodal_probes_fuse_per_policy(make_memory, face_probe):
     mem.add("Alice's gym locker is 42", identity=alice.id)
 
     def gate(face, palm_vector, fusion):
-        return mem.identify({"face-dlib": face, "palm-test": Probe(palm_vector, "palm-test")}, fusion=fusion)
+        return mem.identify({"face-arcface-s": face, "palm-test": Probe(palm_vector, "palm-test")}, fusion=fusion)
 
     both = gate(face_probe(ALICE, 2), palm["alice"] + 0.05 * rng.normal(size=64), "all")
     assert both.identity == alice.id and both.fusion == "all"
-    assert [c.modality for c in both.components] == ["face-dlib", "palm-test"]
+    assert [c.modality for c in both.components] == ["face-arcface-s", "palm-test"]
     assert both.as_dict()["components"][1]["identity"] == alice.id
 
     wrong_palm = gate(face_probe(ALICE, 2), palm["other"], "all")
@@ -377,7 +378,7 @@ def test_multimodal_probes_fuse_per_policy(make_memory, face_probe):
     palm_margin = summed.components[1].scores[alice.id] - summed.components[1].threshold
     assert summed.scores[alice.id] == pytest.approx(face_margin + palm_margin)
     assert (summed.identity == alice.id) == (face_margin + palm_margin >= 0)
-    fused_search = mem.search("locker", probe={"face-dlib": face_probe(ALICE, 2),
+    fused_search = mem.search("locker", probe={"face-arcface-s": face_probe(ALICE, 2),
                                                "palm-test": Probe(palm["alice"], "palm-test")})
     assert [n.content for n, _ in fused_search.notes] == ["Alice's gym locker is 42"]
 
@@ -388,4 +389,4 @@ def test_kept_out_summary_is_a_total_for_the_owner_and_nothing_for_a_stranger(fa
     assert owner["gated_out"] == {"total": 2}
     assert owner["gate"]["label"] == "alice" and "bob" not in str(owner)
     stranger = mem.search("PIN", probe=capture(STRANGER, 2)).as_dict()
-    assert stranger == {"results": [], "gate": {"matched": False, "modality": "face-dlib"}, "gated_out": None}
+    assert stranger == {"results": [], "gate": {"matched": False, "modality": "face-arcface-s"}, "gated_out": None}
