@@ -26,7 +26,8 @@ client has been refused for 200 queries in a row and the cool-down it was told o
 wall time left.
 
 Settings, each on its own temporary store and server (XDG_CONFIG_HOME and GRADIO_TEMP_DIR
-point into a temporary folder; the LLM is the offline one):
+point into a temporary folder; the LLM is the offline one; the face encoder is --encoder,
+default face-dlib, the encoder of the attack this benchmark replays):
 
 - "defaults": BioMemory's defaults (disclosure "private", attempt limits 20 misses per
   10 minutes, 60 s cool-down doubling), --budget queries (default 10,000).
