@@ -16,7 +16,8 @@ hands over), timed stage by stage in the order the engine runs them:
 - gate + rank: `BioMemory.search` with the precomputed probe and query vector (gate over the
   templates, the owner's partition ranked, notes read from SQLite, the disclosure view);
 - answer: the LLM's `answer` on the admitted notes;
-- end to end: `BioMemory.ask(question, probe=image)` on another capture, which does it all.
+- end to end: `BioMemory.ask(next question, probe=image)` on another capture, which does it all
+  (another question, so that llama.cpp cannot reuse the prompt the answer stage just evaluated).
 
 Prints a markdown table (p50 / p95 ms per stage, and each row's end-to-end p50 as a ratio of
 face-dlib's) and writes JSON (default benchmarks/results/ask_latency.json). `--smollm2 N` adds a
@@ -110,7 +111,8 @@ def run(row: str, encoder_name: str, text: TextEncoder, llm: str | LLM, asks: in
             result, t_gate = timed(lambda: mem.search(query, probe=Probe(vector, encoder_name)))
             _, t_answer = timed(lambda: mem.llm.answer(question, [note for note, _ in result.notes]))
             try:
-                _, t_all = timed(lambda: mem.ask(question, probe=other))
+                # another question: an LLM server must not reuse the prompt it has just evaluated
+                _, t_all = timed(lambda: mem.ask(QUESTIONS[(n + 1) % len(QUESTIONS)], probe=other))
             except (NoFaceError, MultipleFacesError):
                 refused += 1
                 continue
