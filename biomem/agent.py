@@ -3,7 +3,8 @@
 Note construction asks the LLM for keywords, context and tags; the embedding covers
 content + context + keywords + tags; the 5 nearest neighbours *of the same owner* go to the
 evolution step, whose links (note ids) and neighbour updates can only touch that owner's
-notes. Evolved neighbours are re-embedded.
+notes. A note whose tags evolution strengthened, and evolved neighbours, are embedded again:
+every stored vector embeds its note as stored.
 """
 
 from __future__ import annotations
@@ -57,8 +58,9 @@ class MemoryAgent:
         neighbours = [(n, scores[n.id]) for n in notes]
         decision = self.llm.evolve(draft, neighbours) if neighbours else None
         if decision and decision.should_evolve and "strengthen" in decision.actions \
-                and decision.tags_to_update:
+                and decision.tags_to_update and list(decision.tags_to_update) != draft.tags:
             draft.tags = list(decision.tags_to_update)
+            vector = self.embed([draft])[0]  # the stored vector embeds the note as stored (A-Mem)
         (note_id,), generation = self.store.insert_notes(owner_id, [vars(draft)], vector[None, :])
         self.partitions.added(owner_id, [note_id], vector[None, :], generation)
         if decision is None or not decision.should_evolve:

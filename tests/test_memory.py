@@ -18,7 +18,7 @@ from biomem import (
     StoreCorruptError,
     UnknownIdentityError,
 )
-from biomem.llm import NO_MEMORY_ANSWER
+from biomem.llm import NO_MEMORY_ANSWER, Evolution, OfflineLLM
 from biomem.samples import group_photo_path
 
 ALICE, BOB, STRANGER = 0, 1, 2
@@ -142,6 +142,31 @@ def test_links_join_only_notes_of_one_owner(make_memory, face_probe):
         bob_note = mem.get_all(probe=face_probe(BOB, 0))[0]
         alice_note = mem.get_all(probe=face_probe(ALICE, 0))[0]
         mem.store.add_links(alice.id, alice_note.id, [bob_note.id])
+
+
+class Retagger(OfflineLLM):
+    """The offline analysis, and an evolution that always re-tags the new note and re-writes its neighbours."""
+
+    def evolve(self, draft, neighbours):
+        return Evolution(should_evolve=True, actions=["strengthen", "update_neighbor"],
+                         suggested_connections=[n.id for n, _ in neighbours],
+                         tags_to_update=["retagged", *draft.tags[:1]],
+                         new_context_neighborhood=[f"seen again beside: {draft.content}" for _ in neighbours],
+                         new_tags_neighborhood=[["neighbour", f"after-{len(draft.content)}"] for _ in neighbours])
+
+
+def test_every_stored_vector_embeds_its_note_as_stored_after_evolution(make_memory, face_probe, text_encoder):
+    mem = make_memory("evolving.db", llm=Retagger(text_encoder))
+    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
+    mem.add_many([f"I walked the dog along route {i} today" for i in range(4)], identity=alice.id)
+    for i in range(3):
+        mem.add(f"The dog found a stick on route {i}", identity=alice.id)
+    notes = {n.id: n for n in mem.store.all_notes(alice.id)}
+    assert any("retagged" in n.tags for n in notes.values())  # evolution did change what is stored
+    assert any(n.context.startswith("seen again beside") for n in notes.values())
+    ids, vectors, _ = mem.store.note_vectors(alice.id)
+    fresh = mem.agent.embed([notes[int(i)] for i in ids])
+    assert np.abs(vectors - fresh).max() < 1e-5  # the vector is the embedding of the note as stored
 
 
 def test_forget_leaves_no_row_no_vector_and_no_bytes(make_memory, face_probe, tmp_path):
