@@ -500,16 +500,25 @@ class BioMemory:
         note_id, text = check_id(note_id), self._check_text(text)
         return self.agent.rewrite(self.verify(probe, "Changing a note", client=client), note_id, text)
 
-    def delete(self, note_id: int, *, probe: Any, client: Clients = None) -> Note:
-        """Delete one of the requester's notes (step-up probe); returns what was deleted."""
+    def delete(self, note_id: int, *, probe: Any, client: Clients = None, keep_history: bool = False,
+               timeout: float = 10.0) -> Note:
+        """Delete one of the requester's notes (step-up probe); returns what was deleted.
+
+        Its text goes from the history too (only the events and their times stay) unless
+        `keep_history=True`, and from the write-ahead log before this returns (waiting up to
+        `timeout` s for other connections' readers, as forget does).
+        """
         note_id = check_id(note_id)
         owner = self.verify(probe, "Deleting a note", client=client)
-        note, generation = self.store.delete_note(owner, note_id)
+        note, generation = self.store.delete_note(owner, note_id, keep_history=keep_history)
         self.partitions.deleted(owner, note_id, generation)
+        self.store.checkpoint(timeout)
         return note
 
     def history(self, note_id: int, *, probe: Any, client: Clients = None) -> list[dict[str, Any]]:
-        """Every add/update/evolve/delete of one of the requester's notes, oldest first."""
+        """Every add/update/evolve/delete of one of the requester's notes, oldest first, with the note's
+        fields before and after each; for a deleted note only events and times (before/after None)
+        unless it was deleted with keep_history=True."""
         note_id = check_id(note_id)
         return self.store.history(self._owner(probe, client), note_id)
 

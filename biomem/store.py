@@ -547,12 +547,16 @@ class Store:
             generation = self._bump_generation(db, owner_id)
         return after, generation
 
-    def delete_note(self, owner_id: int, note_id: int) -> tuple[Note, int]:
-        """Delete an owned note (its links cascade); returns it and the owner's new generation."""
+    def delete_note(self, owner_id: int, note_id: int, *, keep_history: bool = False) -> tuple[Note, int]:
+        """Delete an owned note (its links cascade); returns it and the owner's new generation.
+        Its history keeps only events and times unless `keep_history` (the audit trail with texts)."""
         with self.transaction() as db:
             before = self.get_note(owner_id, note_id)
             db.execute("DELETE FROM notes WHERE id = ? AND owner_id = ?", [int(note_id), int(owner_id)])
-            self._record(db, owner_id, note_id, "delete", before.snapshot(), None)
+            if not keep_history:
+                db.execute("UPDATE history SET before = NULL, after = NULL WHERE owner_id = ? AND note_id = ?",
+                           [int(owner_id), int(note_id)])
+            self._record(db, owner_id, note_id, "delete", before.snapshot() if keep_history else None, None)
             generation = self._bump_generation(db, owner_id)
         return before, generation
 

@@ -120,11 +120,26 @@ def test_update_and_delete_keep_history_for_the_owner(family, capture):
     mem.update(note.id, "My PIN is now 5555", probe=owner_probe)
     assert "5555" in mem.ask("What is my PIN?", probe=owner_probe).text
     mem.delete(note.id, probe=owner_probe)
-    events = [h["event"] for h in mem.history(note.id, probe=owner_probe)]
-    assert events == ["add", "update", "delete"]
+    history = mem.history(note.id, probe=owner_probe)
+    assert [h["event"] for h in history] == ["add", "update", "delete"]
+    assert all(h["before"] is None and h["after"] is None and h["at"] for h in history)  # events, no text
     with pytest.raises(NoteNotFoundError):
         mem.get(note.id, probe=owner_probe)
     assert all("5555" not in n.content for n, _ in mem.search("PIN", probe=owner_probe).notes)
+
+
+def test_a_deleted_note_leaves_no_text_in_the_files_unless_its_history_is_kept(make_memory, face_probe, tmp_path):
+    mem = make_memory("deleted.db")
+    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
+    gone = mem.add("My gym locker code is 7319", identity=alice.id)
+    kept = mem.add("My bike lock code is 2468", identity=alice.id)
+    mem.update(gone.id, "My gym locker code is 8426", probe=face_probe(ALICE, 1))
+    mem.delete(gone.id, probe=face_probe(ALICE, 1))
+    mem.delete(kept.id, probe=face_probe(ALICE, 1), keep_history=True)
+    data = b"".join(p.read_bytes() for p in tmp_path.glob("deleted.db*") if p.is_file())
+    assert b"7319" not in data and b"8426" not in data  # nor in the WAL: delete checkpoints
+    audit = mem.history(kept.id, probe=face_probe(ALICE, 1))
+    assert audit[-1]["event"] == "delete" and audit[-1]["before"]["content"] == "My bike lock code is 2468"
 
 
 def test_links_join_only_notes_of_one_owner(make_memory, face_probe):
