@@ -51,16 +51,20 @@ class SearchResult:
     """Retrieval under the gate: the decision, the admitted top-K, how many notes stayed out.
 
     `gate` is the full decision for trusted in-process code (evaluation, tests); `as_dict()`
-    is what a requester may be shown, under the store's disclosure policy.
+    is what a requester may be shown, under the store's disclosure policy. `linked` holds the
+    notes reached through the hits' links (A-Mem's Zettelkasten), each with the id of the hit
+    it came from; always notes of the hit's owner.
     """
 
     gate: GateResult
     notes: list[tuple[Note, float]]
     gated_out: int
     view: dict[str, Any] = field(default_factory=dict)  # disclosed gate and kept-out views
+    linked: list[tuple[Note, int]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"results": [note_view(n, s) for n, s in self.notes], **self.view}
+        linked = {"linked": [{**note_view(n), "via": via} for n, via in self.linked]} if self.linked else {}
+        return {"results": [note_view(n, s) for n, s in self.notes], **linked, **self.view}
 
 
 @dataclass
@@ -434,16 +438,34 @@ class BioMemory:
             ids += self.agent.ingest(owner, texts[start:start + batch_size], stamps[start:start + batch_size])
         return ids
 
-    def search(self, query: str | np.ndarray, *, probe: Any, k: int | None = None,
+    def search(self, query: str | np.ndarray, *, probe: Any, k: int | None = None, links: int = 0,
                policy: str | None = None, client: Clients = None) -> SearchResult:
         """Gate the probe, then rank the admitted partitions' notes by cosine to `query`.
 
-        `query` is a text or a precomputed unit-norm text embedding.
+        `query` is a text or a precomputed unit-norm text embedding. `links`: up to that many
+        linked notes per hit are added as `linked` (A-Mem expands each hit by its links, up to
+        k; 0, the default, expands nothing). The gate and `gated_out` do not depend on it.
         """
         k = check_k(self.k if k is None else k)
+        if isinstance(links, bool) or not isinstance(links, (int, np.integer)) or links < 0:
+            raise InvalidInputError(f"links is the number of linked notes per hit, a non-negative integer; "
+                                    f"got {links!r}")
         vector = self._query_vector(query)
         gate = self.identify(probe, policy=policy, client=client)
-        return self._search_admitted(gate, vector, k)
+        result = self._search_admitted(gate, vector, k)
+        result.linked = self._linked(result.notes, links) if links else []
+        return result
+
+    def _linked(self, hits: Sequence[tuple[Note, float]], per_hit: int) -> list[tuple[Note, int]]:
+        """Notes the hits link to, up to `per_hit` each, not already shown; read under the hit's owner,
+        so a link to another owner's note (which the store's trigger refuses) could never return it."""
+        seen = {note.id for note, _ in hits}
+        linked: list[tuple[Note, int]] = []
+        for hit, _ in hits:
+            for note in self.store.get_notes(hit.owner, [i for i in hit.links if i not in seen])[:per_hit]:
+                linked.append((note, hit.id))
+                seen.add(note.id)
+        return linked
 
     def _query_vector(self, query: str | np.ndarray) -> np.ndarray:
         if isinstance(query, str):
@@ -477,11 +499,12 @@ class BioMemory:
         return {"gate": gate_view(gate, people, self.disclosure),
                 "gated_out": kept_out_view(gate, self.store.note_summary(), people, self.disclosure)}
 
-    def ask(self, question: str, *, probe: Any, k: int | None = None, temporal: bool = False,
+    def ask(self, question: str, *, probe: Any, k: int | None = None, links: int = 0, temporal: bool = False,
             policy: str | None = None, client: Clients = None) -> Answer:
-        """Answer from the requester's own memories only; a stranger's LLM sees no memory."""
-        result = self.search(question, probe=probe, k=k, policy=policy, client=client)
-        notes = [n for n, _ in result.notes]
+        """Answer from the requester's own memories only; a stranger's LLM sees no memory.
+        With `links`, the notes linked to the hits follow them in the context (A-Mem)."""
+        result = self.search(question, probe=probe, k=k, links=links, policy=policy, client=client)
+        notes = [n for n, _ in result.notes] + [n for n, _ in result.linked]
         return Answer(text=self.llm.answer(question, notes, temporal), notes=result.notes,
                       gate=result.gate, prompt=answer_prompt(question, notes, temporal),
                       gated_out=result.gated_out, view=result.view)

@@ -159,6 +159,32 @@ def test_links_join_only_notes_of_one_owner(make_memory, face_probe):
         mem.store.add_links(alice.id, alice_note.id, [bob_note.id])
 
 
+def test_links_expand_retrieval_within_the_owner_only_even_if_a_link_is_forged(make_memory, face_probe):
+    mem = make_memory()
+    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
+    bob = mem.enroll("bob", [face_probe(BOB, 0)])
+    bobs = mem.add("Bob's safe code is 9931", identity=bob.id)
+    dog = mem.add("I adopted a beagle called Biscuit", identity=alice.id)
+    vet = mem.add("The vet appointment is on Monday at 9", identity=alice.id)
+    mem.add("My favourite colour is green", identity=alice.id)
+    mem.store.add_links(alice.id, dog.id, [vet.id])  # a link evolution would make
+    with mem.store.transaction() as db:  # forge a cross-owner link around the trigger
+        db.execute("DROP TRIGGER links_same_owner")
+        db.execute("INSERT INTO links VALUES (?, ?, ?)", [alice.id, dog.id, bobs.id])
+    probe = face_probe(ALICE, 1)
+    plain = mem.search("my dog Biscuit", probe=probe, k=1)
+    expanded = mem.search("my dog Biscuit", probe=probe, k=1, links=5)
+    assert [n.id for n, _ in plain.notes] == [n.id for n, _ in expanded.notes] == [dog.id]
+    assert plain.linked == [] and [(n.id, via) for n, via in expanded.linked] == [(vet.id, dog.id)]
+    assert expanded.gate.admitted == plain.gate.admitted and expanded.gated_out == plain.gated_out
+    assert expanded.as_dict()["linked"][0]["via"] == dog.id and "linked" not in plain.as_dict()
+    answer = mem.ask("When is the vet for my dog Biscuit?", probe=probe, k=1, links=5)
+    assert "vet appointment" in answer.prompt and "9931" not in answer.prompt
+    assert mem.search("my dog Biscuit", probe=probe, k=1, links=1).linked[0][0].id == vet.id
+    with pytest.raises(InvalidInputError):
+        mem.search("my dog", probe=probe, links=-1)
+
+
 class Retagger(OfflineLLM):
     """The offline analysis, and an evolution that always re-tags the new note and re-writes its neighbours."""
 
