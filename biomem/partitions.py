@@ -208,6 +208,9 @@ class Partitions:
                 return
             keep = part.ids != note_id
             if part.hnsw is not None:
+                # mark_deleted keeps the vector in the graph and in the saved file: overwrite it first
+                decoy = np.random.default_rng().standard_normal(self.dim).astype(np.float32)
+                part.hnsw.add_items((decoy / np.linalg.norm(decoy))[None, :], [note_id])
                 part.hnsw.mark_deleted(note_id)
             self._swap(owner_id, part, generation, part.ids[keep], part.matrix[keep])
 

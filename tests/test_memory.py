@@ -142,6 +142,25 @@ def test_a_deleted_note_leaves_no_text_in_the_files_unless_its_history_is_kept(m
     assert audit[-1]["event"] == "delete" and audit[-1]["before"]["content"] == "My bike lock code is 2468"
 
 
+def test_a_deleted_note_vector_leaves_the_hnsw_index_file(make_memory, face_probe, tmp_path):
+    mem = make_memory("hnswdel.db", hnsw_threshold=3)
+    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
+    notes = [mem.add(f"Errand number {i}: buy {thing}", identity=alice.id)
+             for i, thing in enumerate(["milk", "stamps", "a lamp", "tea"])]
+    mem.search("errand", probe=face_probe(ALICE, 1))  # the partition is an hnsw index now
+    (blob,) = mem.store.db.execute("SELECT embedding FROM notes WHERE id = ?", [notes[1].id]).fetchone()
+
+    def index_bytes() -> bytes:
+        mem.partitions.flush()
+        return b"".join(p.read_bytes() for p in (tmp_path / "hnswdel.db.index").glob("*"))
+
+    assert bytes(blob) in index_bytes()  # the needle is findable while the note exists
+    mem.delete(notes[1].id, probe=face_probe(ALICE, 1))
+    assert bytes(blob) not in index_bytes()
+    hits = mem.search("buy stamps", probe=face_probe(ALICE, 1), k=4).notes
+    assert sorted(n.id for n, _ in hits) == sorted(n.id for n in notes if n.id != notes[1].id)
+
+
 def test_links_join_only_notes_of_one_owner(make_memory, face_probe):
     mem = make_memory()
     alice = mem.enroll("alice", [face_probe(ALICE, 0)])
