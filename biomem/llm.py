@@ -14,6 +14,7 @@ valid / repaired JSON, retries, fallbacks, errors and seconds spent. Prompts fol
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -21,6 +22,7 @@ import re
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -223,12 +225,18 @@ class LLM(ABC):
         """Links and neighbour updates for a new note, given its same-owner neighbours."""
 
     @abstractmethod
-    def answer(self, question: str, notes: Sequence[Note], temporal: bool = False) -> str:
-        """A short answer from the retrieved notes (no notes: no memory context)."""
+    def answer(self, question: str, notes: Sequence[Note], temporal: bool = False,
+               question_vector: np.ndarray | None = None) -> str:
+        """A short answer from the retrieved notes (no notes: no memory context). `question_vector`,
+        the question's embedding when the caller already has it, spares a backend that embeds it."""
 
     def stats(self) -> dict[str, dict[str, float]]:
         """Counters of the model calls per task; empty for a backend that calls no model."""
         return {}
+
+    def drop_owner(self, owner: int) -> None:
+        """Forget anything kept from `owner`'s notes (their note was changed or deleted, or they were
+        forgotten); nothing for a backend that keeps nothing."""
 
 
 # ---- offline: no model at all ---------------------------------------------------------------------
@@ -256,14 +264,21 @@ class OfflineLLM(LLM):
     their static word-piece vector with the note's centroid. Tags: the closest entries of a
     small topic vocabulary. Evolution: link to neighbours above `link_threshold`, never edit
     them. Answers: the retrieved sentence closest to the question (a date for temporal ones).
+
+    Sentence embeddings are kept (up to `cache_size`, least recently used out) under their
+    owner and a hash of the sentence, never the text: an owner's next question re-embeds only
+    new sentences, and a hit can never come from, or time, another owner's notes.
     """
 
     name = "offline"
 
-    def __init__(self, text_encoder: TextEncoder, *, link_threshold: float = 0.5) -> None:
+    def __init__(self, text_encoder: TextEncoder, *, link_threshold: float = 0.5, cache_size: int = 4096) -> None:
         self.text = text_encoder
         self.link_threshold = link_threshold
         self._tag_vectors: np.ndarray | None = None
+        self.cache_size = cache_size
+        self._sentences: OrderedDict[tuple[int, bytes], np.ndarray] = OrderedDict()
+        self._cache_lock = threading.Lock()
 
     @staticmethod
     def _candidates(content: str) -> list[str]:
@@ -299,15 +314,42 @@ class OfflineLLM(LLM):
         return Evolution(should_evolve=bool(links), actions=["strengthen"] if links else [],
                          suggested_connections=links, tags_to_update=draft.tags)
 
-    def answer(self, question: str, notes: Sequence[Note], temporal: bool = False) -> str:
+    def answer(self, question: str, notes: Sequence[Note], temporal: bool = False,
+               question_vector: np.ndarray | None = None) -> str:
         if not notes:
             return NO_MEMORY_ANSWER
         sentences = [(n, s) for n in notes for s in re.split(r"(?<=[.!?])\s+", n.content) if s.strip()]
-        vectors = self.text.encode([question] + [s for _, s in sentences])
-        best_note, best_sentence = sentences[int(np.argmax(vectors[1:] @ vectors[0]))]
+        asked = self.text.encode_one(question) if question_vector is None else question_vector
+        best_note, best_sentence = sentences[int(np.argmax(self._sentence_vectors(sentences) @ asked))]
         if temporal:
             return _spoken_date(best_note.timestamp)
         return best_sentence.strip()
+
+    def _sentence_vectors(self, sentences: Sequence[tuple[Note, str]]) -> np.ndarray:
+        """Embeddings of (note, sentence) pairs: cached ones under (owner, hash), the rest encoded at once."""
+        keys = [(note.owner, hashlib.blake2b(text.encode(), digest_size=16).digest()) for note, text in sentences]
+        with self._cache_lock:
+            found = {key: self._sentences[key] for key in keys if key in self._sentences}
+        missing = {key: text for key, (_, text) in zip(keys, sentences) if key not in found}
+        if missing:
+            found.update(zip(missing, self.text.encode(list(missing.values()))))
+        with self._cache_lock:
+            for key in keys:
+                self._sentences[key] = found[key]
+                self._sentences.move_to_end(key)
+            while len(self._sentences) > self.cache_size:
+                self._sentences.popitem(last=False)
+        return np.stack([found[key] for key in keys])
+
+    def drop_owner(self, owner: int) -> None:
+        with self._cache_lock:
+            for key in [key for key in self._sentences if key[0] == owner]:
+                del self._sentences[key]
+
+    def cached_owners(self) -> set[int]:
+        """Owners with sentence embeddings in the cache."""
+        with self._cache_lock:
+            return {owner for owner, _ in self._sentences}
 
 
 def _spoken_date(iso: str) -> str:
@@ -419,13 +461,17 @@ class ChatLLM(LLM):
         decision = self._ask_json("evolve", prompt, Evolution, base + per_neighbour * len(neighbours))
         return decision if decision is not None else self.fallback.evolve(draft, neighbours)
 
-    def answer(self, question: str, notes: Sequence[Note], temporal: bool = False) -> str:
+    def answer(self, question: str, notes: Sequence[Note], temporal: bool = False,
+               question_vector: np.ndarray | None = None) -> str:
         """The model's short answer; an empty one is replaced by the offline answer (LLMError propagates)."""
         reply = self._call("answer", answer_prompt(question, notes, temporal), ANSWER_MAX_TOKENS).strip()
         if reply:
             return reply
         self._count("answer", "fallbacks")
-        return self.fallback.answer(question, notes, temporal)
+        return self.fallback.answer(question, notes, temporal, question_vector)
+
+    def drop_owner(self, owner: int) -> None:
+        self.fallback.drop_owner(owner)
 
 
 class OpenAIChat(ChatLLM):

@@ -398,6 +398,7 @@ class BioMemory:
             self.store.delete_identity(owner)
         finally:
             self.partitions.drop(owner)
+            self.llm.drop_owner(owner)
         self.store.checkpoint(timeout)
         return owner
 
@@ -503,9 +504,10 @@ class BioMemory:
             policy: str | None = None, client: Clients = None) -> Answer:
         """Answer from the requester's own memories only; a stranger's LLM sees no memory.
         With `links`, the notes linked to the hits follow them in the context (A-Mem)."""
-        result = self.search(question, probe=probe, k=k, links=links, policy=policy, client=client)
+        vector = self._query_vector(question)
+        result = self.search(vector, probe=probe, k=k, links=links, policy=policy, client=client)
         notes = [n for n, _ in result.notes] + [n for n, _ in result.linked]
-        return Answer(text=self.llm.answer(question, notes, temporal), notes=result.notes,
+        return Answer(text=self.llm.answer(question, notes, temporal, vector), notes=result.notes,
                       gate=result.gate, prompt=answer_prompt(question, notes, temporal),
                       gated_out=result.gated_out, view=result.view)
 
@@ -521,7 +523,10 @@ class BioMemory:
     def update(self, note_id: int, text: str, *, probe: Any, client: Clients = None) -> Note:
         """Rewrite one of the requester's notes (step-up probe; analysed and embedded again)."""
         note_id, text = check_id(note_id), self._check_text(text)
-        return self.agent.rewrite(self.verify(probe, "Changing a note", client=client), note_id, text)
+        owner = self.verify(probe, "Changing a note", client=client)
+        note = self.agent.rewrite(owner, note_id, text)
+        self.llm.drop_owner(owner)
+        return note
 
     def delete(self, note_id: int, *, probe: Any, client: Clients = None, keep_history: bool = False,
                timeout: float = 10.0) -> Note:
@@ -535,6 +540,7 @@ class BioMemory:
         owner = self.verify(probe, "Deleting a note", client=client)
         note, generation = self.store.delete_note(owner, note_id, keep_history=keep_history)
         self.partitions.deleted(owner, note_id, generation)
+        self.llm.drop_owner(owner)
         self.store.checkpoint(timeout)
         return note
 

@@ -593,6 +593,47 @@ def test_blank_keywords_and_tags_are_dropped_or_refused():
         NoteMeta(keywords=["  "], context="A dog.", tags=["pets"])
 
 
+def counting_encodes(text: TextEncoder, monkeypatch) -> list[str]:
+    """Every text `text` embeds from now on (the real encoder still does the work)."""
+    embedded: list[str] = []
+    encode = text.encode
+    monkeypatch.setattr(text, "encode", lambda texts, *a, **kw: embedded.extend(texts) or encode(texts, *a, **kw))
+    return embedded
+
+
+LOCKER_NOTES = [note(1, "My gym locker is number 41. The code is 7319."),
+                note(2, "I walk Rex every morning. He is a beagle."), note(3, "My sister lives in Porto.")]
+LOCKER_QUESTIONS = ["What is my locker number?", "What breed is my dog?", "Where does my sister live?"]
+
+
+def test_offline_answers_from_the_sentence_cache_equal_fresh_ones_and_embed_only_new_sentences(text, monkeypatch):
+    fresh, cached = OfflineLLM(text, cache_size=0), OfflineLLM(text)
+    expected = [fresh.answer(q, LOCKER_NOTES) for q in LOCKER_QUESTIONS]
+    assert expected == ["My gym locker is number 41.", "He is a beagle.", "My sister lives in Porto."]
+    assert [cached.answer(q, LOCKER_NOTES) for q in LOCKER_QUESTIONS] == expected
+    embedded = counting_encodes(text, monkeypatch)
+    assert [cached.answer(q, LOCKER_NOTES) for q in LOCKER_QUESTIONS] == expected
+    assert embedded == LOCKER_QUESTIONS  # the five sentences came from the cache
+    vectors = text.encode(LOCKER_QUESTIONS)
+    embedded.clear()
+    assert [cached.answer(q, LOCKER_NOTES, question_vector=v) for q, v in zip(LOCKER_QUESTIONS, vectors)] == expected
+    assert embedded == []  # the caller's query vector stands for the question
+    assert cached.answer(LOCKER_QUESTIONS[0], LOCKER_NOTES, question_vector=vectors[2]) == expected[2]
+
+
+def test_the_sentence_cache_is_per_owner_bounded_droppable_and_holds_no_text(text, monkeypatch):
+    llm = OfflineLLM(text, cache_size=6)
+    llm.answer("What is my locker code?", LOCKER_NOTES)
+    embedded = counting_encodes(text, monkeypatch)
+    theirs = [Note(id=n.id + 10, owner=2, content=n.content, timestamp=n.timestamp) for n in LOCKER_NOTES]
+    llm.answer("What is my locker code?", theirs)
+    assert embedded[1:] == [s for n in LOCKER_NOTES for s in re.split(r"(?<=[.!?])\s+", n.content)]  # no cross-owner hit
+    assert llm.cached_owners() == {1, 2} and len(llm._sentences) == 6  # least recently used out
+    assert all(b"7319" not in key[1] and isinstance(key[1], bytes) for key in llm._sentences)
+    llm.drop_owner(2)
+    assert llm.cached_owners() == {1}
+
+
 def test_an_empty_answer_is_replaced_by_the_offline_answer(server, chat, offline):
     biscuit = note(1, "We named the puppy Biscuit.")
     server.script("  \n ")

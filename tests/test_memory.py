@@ -142,6 +142,25 @@ def test_a_deleted_note_leaves_no_text_in_the_files_unless_its_history_is_kept(m
     assert audit[-1]["event"] == "delete" and audit[-1]["before"]["content"] == "My bike lock code is 2468"
 
 
+def test_the_answerer_keeps_no_sentence_of_an_owner_who_changed_deleted_or_was_forgotten(make_memory, face_probe):
+    mem = make_memory()
+    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
+    bob = mem.enroll("bob", [face_probe(BOB, 0)])
+    locker = mem.add("My gym locker code is 7319", identity=alice.id)
+    mem.add("Bob likes coffee", identity=bob.id)
+
+    assert "7319" in mem.ask("What is my locker code?", probe=face_probe(ALICE, 1)).text
+    assert mem.ask("What do I like?", probe=face_probe(BOB, 1)).text == "Bob likes coffee"
+    assert mem.llm.cached_owners() == {alice.id, bob.id}
+    mem.update(locker.id, "My gym locker code is 8426", probe=face_probe(ALICE, 1))
+    assert mem.llm.cached_owners() == {bob.id}
+    assert "8426" in mem.ask("What is my locker code?", probe=face_probe(ALICE, 1)).text
+    mem.delete(locker.id, probe=face_probe(ALICE, 1))
+    assert mem.llm.cached_owners() == {bob.id}
+    mem.forget(identity=bob.id)
+    assert mem.llm.cached_owners() == set()
+
+
 def test_a_deleted_note_vector_leaves_the_hnsw_index_file(make_memory, face_probe, tmp_path):
     mem = make_memory("hnswdel.db", hnsw_threshold=3)
     alice = mem.enroll("alice", [face_probe(ALICE, 0)])
