@@ -9,7 +9,8 @@ Python literals, missing or trailing commas, a reply cut off by max_tokens), val
 retry once on a malformed reply, then fall back to the offline heuristics: ingestion never
 fails because of what an LLM said or did not say. `llm.stats()` counts, per task, the calls,
 valid / repaired JSON, retries, fallbacks, errors and seconds spent. Prompts follow A-Mem
-(Xu et al., 2025) and its LoCoMo short-answer prompts.
+(Xu et al., 2025): its note analysis, evolution, query keywords and LoCoMo short-answer
+prompts, the latter with one added sentence that lets the model say NOT_MENTIONED.
 """
 
 from __future__ import annotations
@@ -41,11 +42,16 @@ from .textenc import TextEncoder
 log = logging.getLogger(__name__)
 
 NO_MEMORY_ANSWER = "I have no memories of you, so I cannot answer that from memory."
+NOT_MENTIONED = "Not mentioned in your memories."  # the offline answerer's abstention
+# Cosine below which the offline answerer abstains: its best retrieved sentence is then about
+# something else. Set with benchmarks/abstention.py on LoCoMo (answerable vs adversarial questions).
+ABSTAIN_BELOW = 0.40
 # The analysis prompt's placeholder for the context, which small models copy back verbatim.
 CONTEXT_PLACEHOLDER = "one sentence summarizing the main topic, key points and purpose"
 ANALYZE_MAX_TOKENS = 256
 EVOLVE_MAX_TOKENS = (128, 64)  # base + per neighbour: one context and one tag list each
 ANSWER_MAX_TOKENS = 64
+KEYWORDS_MAX_TOKENS = 64
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -98,6 +104,12 @@ class Draft:
     context: str = ""
 
 
+class QueryKeywords(BaseModel):
+    """A-Mem's query keywords: one string, used as the retrieval query."""
+
+    keywords: str = Field(min_length=1)
+
+
 # ---- prompts --------------------------------------------------------------------------------
 
 ANALYZE_PROMPT = """Generate a structured analysis of the following content by:
@@ -146,11 +158,22 @@ Return your decision as JSON:
 
 ANSWER_PROMPT = """Based on the context: {context}, write an answer in the form of a short phrase for the following question. Answer with exact words from the context whenever possible.
 
-Question: {question} Short answer:"""
+Question: {question} If the context does not say, answer: {not_mentioned} Short answer:"""
 
 TEMPORAL_ANSWER_PROMPT = """Based on the context: {context}, answer the following question. Use DATE of CONVERSATION to answer with an approximate date. Please generate the shortest possible answer, using words from the conversation where possible, and avoid using any subjects.
 
-Question: {question} Short answer:"""
+Question: {question} If the context does not say, answer: {not_mentioned} Short answer:"""
+
+# A-Mem's generate_query_llm (WujiangXu/AgenticMemory test_advanced.py, 7f716dc): its example uses
+# commas whatever the instruction says; the reply's "keywords" string is the retrieval query as is.
+KEYWORDS_PROMPT = """Given the following question, generate several keywords, using 'cosmos' as the separator.
+
+Question: {question}
+
+Format your response as a JSON object with a "keywords" field containing the selected text.
+
+Example response format:
+{{"keywords": "keyword1, keyword2, keyword3"}}"""
 
 NO_CONTEXT_PROMPT = """Write an answer in the form of a short phrase for the following question.
 
@@ -170,7 +193,7 @@ def answer_prompt(question: str, notes: Sequence[Note], temporal: bool = False) 
     if not notes:
         return NO_CONTEXT_PROMPT.format(question=question)
     template = TEMPORAL_ANSWER_PROMPT if temporal else ANSWER_PROMPT
-    return template.format(context=serialize_notes(notes), question=question)
+    return template.format(context=serialize_notes(notes), question=question, not_mentioned=NOT_MENTIONED)
 
 
 # ---- JSON out of a model's reply -------------------------------------------------------------
@@ -230,6 +253,10 @@ class LLM(ABC):
         """A short answer from the retrieved notes (no notes: no memory context). `question_vector`,
         the question's embedding when the caller already has it, spares a backend that embeds it."""
 
+    @abstractmethod
+    def query_keywords(self, question: str) -> str:
+        """Keywords to retrieve with instead of the raw question (A-Mem's LoCoMo query)."""
+
     def stats(self) -> dict[str, dict[str, float]]:
         """Counters of the model calls per task; empty for a backend that calls no model."""
         return {}
@@ -263,7 +290,8 @@ class OfflineLLM(LLM):
     Keywords: content words (no names, numbers, dates or stop words) ranked by the cosine of
     their static word-piece vector with the note's centroid. Tags: the closest entries of a
     small topic vocabulary. Evolution: link to neighbours above `link_threshold`, never edit
-    them. Answers: the retrieved sentence closest to the question (a date for temporal ones).
+    them. Answers: the retrieved sentence closest to the question (a date for temporal ones), or
+    NOT_MENTIONED when even that sentence's cosine to the question is below `abstain_below`.
 
     Sentence embeddings are kept (up to `cache_size`, least recently used out) under their
     owner and a hash of the sentence, never the text: an owner's next question re-embeds only
@@ -272,21 +300,24 @@ class OfflineLLM(LLM):
 
     name = "offline"
 
-    def __init__(self, text_encoder: TextEncoder, *, link_threshold: float = 0.5, cache_size: int = 4096) -> None:
+    def __init__(self, text_encoder: TextEncoder, *, link_threshold: float = 0.5, cache_size: int = 4096,
+                 abstain_below: float = ABSTAIN_BELOW) -> None:
         self.text = text_encoder
         self.link_threshold = link_threshold
+        self.abstain_below = abstain_below
         self._tag_vectors: np.ndarray | None = None
         self.cache_size = cache_size
         self._sentences: OrderedDict[tuple[int, bytes], np.ndarray] = OrderedDict()
         self._cache_lock = threading.Lock()
 
     @staticmethod
-    def _candidates(content: str) -> list[str]:
+    def _candidates(content: str, names: bool = False) -> list[str]:
+        """Distinct lower-cased content words; capitalised words inside a sentence (names) only if `names`."""
         words, seen = [], set()
         for sentence in re.split(r"(?<=[.!?])\s+", content):
             for position, token in enumerate(re.findall(r"[A-Za-z][A-Za-z'-]*", sentence)):
                 word = token.strip("'-").lower()
-                is_name = token[0].isupper() and position > 0
+                is_name = token[0].isupper() and position > 0 and not names
                 if (len(word) < 3 or word in _STOP or word in _MONTHS_DAYS or is_name
                         or "'" in word or word in seen):
                     continue
@@ -309,6 +340,11 @@ class OfflineLLM(LLM):
         context = f"A personal note about {', '.join(tags[:2])}, mentioning {', '.join(keywords[:3])}."
         return NoteMeta(keywords=keywords, context=context, tags=tags)
 
+    def query_keywords(self, question: str) -> str:
+        """The question's content words, names kept, comma-separated (the question itself if none)."""
+        words = self._candidates(question, names=True)
+        return ", ".join(words) if words else question.strip()
+
     def evolve(self, draft: Draft, neighbours: Sequence[tuple[Note, float]]) -> Evolution:
         links = [note.id for note, score in neighbours if score >= self.link_threshold]
         return Evolution(should_evolve=bool(links), actions=["strengthen"] if links else [],
@@ -318,12 +354,21 @@ class OfflineLLM(LLM):
                question_vector: np.ndarray | None = None) -> str:
         if not notes:
             return NO_MEMORY_ANSWER
-        sentences = [(n, s) for n in notes for s in re.split(r"(?<=[.!?])\s+", n.content) if s.strip()]
-        asked = self.text.encode_one(question) if question_vector is None else question_vector
-        best_note, best_sentence = sentences[int(np.argmax(self._sentence_vectors(sentences) @ asked))]
+        best_note, best_sentence, score = self.best_sentence(question, notes, question_vector)
+        if score < self.abstain_below:
+            return NOT_MENTIONED
         if temporal:
             return _spoken_date(best_note.timestamp)
-        return best_sentence.strip()
+        return best_sentence
+
+    def best_sentence(self, question: str, notes: Sequence[Note],
+                      question_vector: np.ndarray | None = None) -> tuple[Note, str, float]:
+        """The sentence of `notes` closest to the question, its note and its cosine (notes not empty)."""
+        sentences = [(n, s.strip()) for n in notes for s in re.split(r"(?<=[.!?])\s+", n.content) if s.strip()]
+        asked = self.text.encode_one(question) if question_vector is None else question_vector
+        scores = self._sentence_vectors(sentences) @ asked
+        best = int(np.argmax(scores))
+        return sentences[best][0], sentences[best][1], float(scores[best])
 
     def _sentence_vectors(self, sentences: Sequence[tuple[Note, str]]) -> np.ndarray:
         """Embeddings of (note, sentence) pairs: cached ones under (owner, hash), the rest encoded at once."""
@@ -377,7 +422,7 @@ class CallStats:
     seconds: float = 0.0  # wall time spent in calls
 
 
-TASKS = ("analyze", "evolve", "answer")
+TASKS = ("analyze", "evolve", "answer", "keywords")
 
 
 class ChatLLM(LLM):
@@ -460,6 +505,12 @@ class ChatLLM(LLM):
         base, per_neighbour = EVOLVE_MAX_TOKENS
         decision = self._ask_json("evolve", prompt, Evolution, base + per_neighbour * len(neighbours))
         return decision if decision is not None else self.fallback.evolve(draft, neighbours)
+
+    def query_keywords(self, question: str) -> str:
+        """A-Mem's keyword prompt; the offline keywords when the reply is unusable twice."""
+        reply = self._ask_json("keywords", KEYWORDS_PROMPT.format(question=question), QueryKeywords,
+                               KEYWORDS_MAX_TOKENS)
+        return reply.keywords.strip() if reply is not None else self.fallback.query_keywords(question)
 
     def answer(self, question: str, notes: Sequence[Note], temporal: bool = False,
                question_vector: np.ndarray | None = None) -> str:

@@ -501,11 +501,13 @@ class BioMemory:
                 "gated_out": kept_out_view(gate, self.store.note_summary(), people, self.disclosure)}
 
     def ask(self, question: str, *, probe: Any, k: int | None = None, links: int = 0, temporal: bool = False,
-            policy: str | None = None, client: Clients = None) -> Answer:
+            query: str | None = None, policy: str | None = None, client: Clients = None) -> Answer:
         """Answer from the requester's own memories only; a stranger's LLM sees no memory.
-        With `links`, the notes linked to the hits follow them in the context (A-Mem)."""
+        With `links`, the notes linked to the hits follow them in the context (A-Mem). `query`
+        retrieves instead of the question, e.g. A-Mem's `mem.llm.query_keywords(question)`."""
         vector = self._query_vector(question)
-        result = self.search(vector, probe=probe, k=k, links=links, policy=policy, client=client)
+        retrieve = vector if query is None else self._query_vector(query)
+        result = self.search(retrieve, probe=probe, k=k, links=links, policy=policy, client=client)
         notes = [n for n, _ in result.notes] + [n for n, _ in result.linked]
         return Answer(text=self.llm.answer(question, notes, temporal, vector), notes=result.notes,
                       gate=result.gate, prompt=answer_prompt(question, notes, temporal),

@@ -22,6 +22,7 @@ from biomem.llm import (
     ANALYZE_PROMPT,
     CONTEXT_PLACEHOLDER,
     NO_CONTEXT_PROMPT,
+    NOT_MENTIONED,
     TAG_VOCABULARY,
     Draft,
     Evolution,
@@ -82,6 +83,8 @@ def kind(prompt: str) -> str:
         return "analyze"
     if prompt.startswith("You are an AI memory evolution agent"):
         return "evolve"
+    if prompt.startswith("Given the following question, generate several keywords"):
+        return "keywords"
     return "answer"
 
 
@@ -591,6 +594,37 @@ def test_blank_keywords_and_tags_are_dropped_or_refused():
     assert (meta.keywords, meta.context, meta.tags) == (["beagle"], "A dog.", ["pets"])
     with pytest.raises(ValueError):
         NoteMeta(keywords=["  "], context="A dog.", tags=["pets"])
+
+
+def test_offline_query_keywords_are_the_questions_content_words_names_kept(offline):
+    assert offline.query_keywords("When did Caroline go to the LGBTQ support group?") == \
+        "caroline, lgbtq, support, group"
+    assert offline.query_keywords("What is it?") == "What is it?"  # no content word: the question itself
+
+
+def test_chat_query_keywords_use_a_mems_prompt_and_fall_back_offline(server, chat, offline):
+    question = "When did Caroline go to the LGBTQ support group?"
+    server.script('{"keywords": "Caroline, LGBTQ support group, date"}')
+    assert chat.query_keywords(question) == "Caroline, LGBTQ support group, date"
+    prompt = server.requests[-1]["messages"][0]["content"]
+    assert kind(prompt) == "keywords" and f"Question: {question}" in prompt
+    server.script("keywords: none", '{"keywords": ""}')
+    assert chat.query_keywords(question) == offline.query_keywords(question)
+    assert chat.stats()["keywords"]["fallbacks"] == 1
+
+
+def test_the_offline_answerer_abstains_when_no_retrieved_sentence_is_about_the_question(offline):
+    ana = [note(1, "My PIN for the bank card is 4821"), note(2, "I am allergic to peanuts"),
+           note(3, "I parked the car on level 3 of the station garage")]
+    assert offline.answer("What is my gym locker code?", ana) == NOT_MENTIONED
+    assert offline.answer("What is my bank card PIN?", ana) == "My PIN for the bank card is 4821"
+    assert OfflineLLM(offline.text, abstain_below=-1.0).answer("What is my gym locker code?", ana) != NOT_MENTIONED
+
+
+def test_chat_answer_prompts_offer_the_abstention():
+    for temporal in (False, True):
+        prompt = answer_prompt("What is my locker code?", [note(1, CONTENT)], temporal)
+        assert f"If the context does not say, answer: {NOT_MENTIONED}" in prompt
 
 
 def counting_encodes(text: TextEncoder, monkeypatch) -> list[str]:

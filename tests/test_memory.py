@@ -18,7 +18,7 @@ from biomem import (
     StoreCorruptError,
     UnknownIdentityError,
 )
-from biomem.llm import NO_MEMORY_ANSWER, Evolution, OfflineLLM
+from biomem.llm import NO_MEMORY_ANSWER, NOT_MENTIONED, Evolution, OfflineLLM
 from biomem.samples import group_photo_path
 
 ALICE, BOB, STRANGER = 0, 1, 2
@@ -76,6 +76,22 @@ def test_stranger_gets_an_empty_pool_and_an_answer_without_memory(family, captur
     assert "context" not in answer.prompt.lower()
     assert set(answer.gate.scores) == {1, 2}
     assert max(answer.gate.scores.values()) < answer.gate.threshold
+
+
+def test_an_owner_asking_about_something_never_said_is_told_so_not_given_a_near_miss(family, capture):
+    mem, alice, _ = family
+    answer = mem.ask("What is my blood type?", probe=capture(ALICE, 4))
+    assert answer.gate.identity == alice.id and answer.notes  # her notes were retrieved, and read
+    assert answer.text == NOT_MENTIONED
+
+
+def test_ask_can_retrieve_with_another_query_than_the_question_and_the_gate_still_decides(family, capture):
+    mem, alice, _ = family
+    answer = mem.ask("What should I remember?", probe=capture(ALICE, 4), k=1, query="beagle puppy Rex")
+    assert [n.content for n, _ in answer.notes] == ["I adopted a beagle puppy called Rex"]
+    assert "Question: What should I remember?" in answer.prompt and "beagle puppy Rex" not in answer.prompt
+    stranger = mem.ask("What should I remember?", probe=capture(STRANGER, 4), query="PIN")
+    assert stranger.notes == [] and stranger.text == NO_MEMORY_ANSWER
 
 
 def test_results_convert_to_mem0_style_dicts(family, capture):
@@ -147,10 +163,10 @@ def test_the_answerer_keeps_no_sentence_of_an_owner_who_changed_deleted_or_was_f
     alice = mem.enroll("alice", [face_probe(ALICE, 0)])
     bob = mem.enroll("bob", [face_probe(BOB, 0)])
     locker = mem.add("My gym locker code is 7319", identity=alice.id)
-    mem.add("Bob likes coffee", identity=bob.id)
+    mem.add("I like my coffee strong and black", identity=bob.id)
 
     assert "7319" in mem.ask("What is my locker code?", probe=face_probe(ALICE, 1)).text
-    assert mem.ask("What do I like?", probe=face_probe(BOB, 1)).text == "Bob likes coffee"
+    assert mem.ask("How do I like my coffee?", probe=face_probe(BOB, 1)).text == "I like my coffee strong and black"
     assert mem.llm.cached_owners() == {alice.id, bob.id}
     mem.update(locker.id, "My gym locker code is 8426", probe=face_probe(ALICE, 1))
     assert mem.llm.cached_owners() == {bob.id}
