@@ -9,15 +9,18 @@ question with a fresh augmented capture as the probe, sent as JPEG bytes (what a
 hands over), timed stage by stage in the order the engine runs them:
 
 - probe encode: the face encoder on the JPEG (decode, detection, alignment, embedding);
-- query encode: all-MiniLM-L6-v2 on the question, right after the probe encode (an encoder
-  that leaves its thread pool spinning slows this down: the `face-arcface-s, onnxruntime
-  defaults` row is ArcFace with onnxruntime's default session options, the baseline of the
-  sleeping pool the engine configures);
+- query encode: all-MiniLM-L6-v2 on the question, right after the probe encode;
 - gate + rank: `BioMemory.search` with the precomputed probe and query vector (gate over the
   templates, the owner's partition ranked, notes read from SQLite, the disclosure view);
-- answer: the LLM's `answer` on the admitted notes;
+- answer: the LLM's `answer` on the admitted notes, given the query vector as `ask` gives it;
 - end to end: `BioMemory.ask(next question, probe=image)` on another capture, which does it all
   (another question, so that llama.cpp cannot reuse the prompt the answer stage just evaluated).
+
+Three baselines of face-arcface-s, each undoing one choice of the engine, run beside it:
+`onnxruntime defaults` (a spinning thread pool, which slows the text encoder that runs next),
+`detector at 640` (every probe letterboxed into SCRFD's 640x640, insightface's default, rather
+than detected at its own size) and `no sentence cache` (the offline answerer embeds every
+retrieved sentence again on every ask).
 
 Prints a markdown table (p50 / p95 ms per stage, and each row's end-to-end p50 as a ratio of
 face-dlib's) and writes JSON (default benchmarks/results/ask_latency.json). `--smollm2 N` adds a
@@ -33,10 +36,10 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("XDG_CONFIG_HOME", tempfile.mkdtemp(prefix="biomem-bench-config-"))  # throw-away key
@@ -59,17 +62,6 @@ QUESTIONS = ["What is my bank card PIN?", "When is my next appointment?", "What 
 STAGES = ("probe_encode", "query_encode", "gate_rank", "answer", "end_to_end")
 
 
-@contextmanager
-def onnxruntime_defaults() -> Iterator[None]:
-    """ArcFace sessions built with onnxruntime's default options (spinning pool), for the baseline row."""
-    configured = arcface._session_options
-    arcface._session_options = lambda threads: None
-    try:
-        yield
-    finally:
-        arcface._session_options = configured
-
-
 def jpeg(image: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(image).save(buffer, format="JPEG", quality=90)
@@ -89,7 +81,8 @@ def timed(call: Callable[[], Any]) -> tuple[Any, float]:
     return value, 1000 * (time.perf_counter() - started)
 
 
-def run(row: str, encoder_name: str, text: TextEncoder, llm: str | LLM, asks: int, workdir: Path) -> dict[str, Any]:
+def run(row: str, encoder_name: str, text: TextEncoder, llm: str | LLM, asks: int, workdir: Path,
+        sentence_cache: bool = True) -> dict[str, Any]:
     """One store on `encoder_name`; every stage timed on every ask."""
     loaded, load_ms = timed(lambda: modalities.create(encoder_name))
     times: dict[str, list[float]] = {stage: [] for stage in STAGES}
@@ -98,6 +91,8 @@ def run(row: str, encoder_name: str, text: TextEncoder, llm: str | LLM, asks: in
     with BioMemory(path, encoder=loaded, text_model=text, llm="offline", limits="off") as mem:
         build_demo(mem)  # notes built offline whatever answers
     with BioMemory(path, encoder=loaded, text_model=text, llm=llm, limits="off") as mem:
+        if not sentence_cache:
+            mem.llm.cache_size = 0
         question = QUESTIONS[0]
         mem.ask(question, probe=jpeg(demo_capture(0, 9)))  # warm-up: partitions loaded, caches filled
         for n, (person, image, other) in enumerate(captures(asks)):
@@ -109,7 +104,7 @@ def run(row: str, encoder_name: str, text: TextEncoder, llm: str | LLM, asks: in
                 continue
             query, t_query = timed(lambda: text.encode_one(question))
             result, t_gate = timed(lambda: mem.search(query, probe=Probe(vector, encoder_name)))
-            _, t_answer = timed(lambda: mem.llm.answer(question, [note for note, _ in result.notes]))
+            _, t_answer = timed(lambda: mem.llm.answer(question, [note for note, _ in result.notes], False, query))
             try:
                 # another question: an LLM server must not reuse the prompt it has just evaluated
                 _, t_all = timed(lambda: mem.ask(QUESTIONS[(n + 1) % len(QUESTIONS)], probe=other))
@@ -140,10 +135,15 @@ def main() -> None:
         for row, name in (("face-dlib", "face-dlib"), ("face-arcface-s", "face-arcface-s")):
             rows.append(run(row, name, text, "offline", args.asks, Path(tmp)))
             print(f"done {row}", flush=True)
-        with onnxruntime_defaults():
-            rows.append(run("face-arcface-s, onnxruntime defaults", "face-arcface-s", text, "offline", args.asks,
-                            Path(tmp)))
-        print("done onnxruntime defaults", flush=True)
+        baselines = {"onnxruntime defaults": mock.patch.object(arcface, "_session_options", lambda threads: None),
+                     "detector at 640": mock.patch.object(arcface, "detector_input", lambda shape: arcface.DET_SIZE)}
+        for name, undone in baselines.items():
+            with undone:
+                rows.append(run(f"face-arcface-s, {name}", "face-arcface-s", text, "offline", args.asks, Path(tmp)))
+            print(f"done {name}", flush=True)
+        rows.append(run("face-arcface-s, no sentence cache", "face-arcface-s", text, "offline", args.asks, Path(tmp),
+                        sentence_cache=False))
+        print("done no sentence cache", flush=True)
         if args.smollm2:
             gguf = smollm2_gguf()
             with serve_gguf(gguf) as base_url:
