@@ -56,3 +56,8 @@ def note_view(note: Any, score: float | None = None) -> dict[str, Any]:
     if score is not None:
         data["score"] = round(float(score), DIGITS)
     return data
+
+
+def linked_view(linked: list[tuple[Any, int]]) -> dict[str, Any]:
+    """{"linked": [note view + "via": the hit's id, ...]}, or nothing when no link was followed."""
+    return {"linked": [{**note_view(n), "via": via} for n, via in linked]} if linked else {}

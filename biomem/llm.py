@@ -52,6 +52,8 @@ ANALYZE_MAX_TOKENS = 256
 EVOLVE_MAX_TOKENS = (128, 64)  # base + per neighbour: one context and one tag list each
 ANSWER_MAX_TOKENS = 64
 KEYWORDS_MAX_TOKENS = 64
+ANSWER_SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
+                 "additionalProperties": False}
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -434,9 +436,10 @@ class ChatLLM(LLM):
         self._lock = threading.Lock()
 
     @abstractmethod
-    def complete(self, prompt: str, max_tokens: int = 512, schema: dict[str, Any] | None = None) -> str:
+    def complete(self, prompt: str, max_tokens: int = 512, schema: dict[str, Any] | None = None,
+                 temperature: float = 0.0) -> str:
         """The model's reply to one user prompt (raises LLMError when unreachable); `schema`, where the
-        backend can, constrains the reply to JSON of that JSON Schema."""
+        backend can, constrains the reply to JSON of that JSON Schema. Greedy at temperature 0."""
 
     def stats(self) -> dict[str, dict[str, float]]:
         """Counters per task (see CallStats) and their sum under "total"."""
@@ -452,11 +455,12 @@ class ChatLLM(LLM):
             setattr(counts, counter, getattr(counts, counter) + 1)
             counts.seconds += seconds
 
-    def _call(self, task: str, prompt: str, max_tokens: int, schema: dict[str, Any] | None = None) -> str:
+    def _call(self, task: str, prompt: str, max_tokens: int, schema: dict[str, Any] | None = None,
+              temperature: float = 0.0) -> str:
         """complete(), counted and timed."""
         started = time.perf_counter()
         try:
-            return self.complete(prompt, max_tokens, schema)
+            return self.complete(prompt, max_tokens, schema, temperature)
         except LLMError:
             self._count(task, "errors")
             raise
@@ -521,6 +525,19 @@ class ChatLLM(LLM):
         self._count("answer", "fallbacks")
         return self.fallback.answer(question, notes, temporal, question_vector)
 
+    def answer_json(self, prompt: str, temperature: float = 0.0) -> str:
+        """A-Mem's evaluation answer call: `prompt`, the reply constrained to {"answer": string} where
+        the backend can; that answer, or the stripped reply when it holds no such JSON (as A-Mem keeps it)."""
+        reply = self._call("answer", prompt, 2 * ANSWER_MAX_TOKENS, ANSWER_SCHEMA, temperature)
+        try:
+            answer = extract_json(reply)[0].get("answer")
+        except (ValueError, AttributeError):
+            answer = None
+        if isinstance(answer, str):
+            self._count("answer", "json_ok")
+            return answer.strip()
+        return reply.strip()
+
     def drop_owner(self, owner: int) -> None:
         self.fallback.drop_owner(owner)
 
@@ -539,7 +556,8 @@ class OpenAIChat(ChatLLM):
                              api_key=api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
                              timeout=timeout, max_retries=1)
 
-    def complete(self, prompt: str, max_tokens: int = 512, schema: dict[str, Any] | None = None) -> str:
+    def complete(self, prompt: str, max_tokens: int = 512, schema: dict[str, Any] | None = None,
+                 temperature: float = 0.0) -> str:
         """One chat completion; `schema` becomes JSON mode with that schema (llama.cpp, vLLM and others
         decode it under a grammar; a server that refuses it is an LLMError, so the heuristics fill in)."""
         import openai
@@ -548,7 +566,7 @@ class OpenAIChat(ChatLLM):
         try:
             reply = self.client.chat.completions.create(
                 model=self.model, messages=[{"role": "user", "content": prompt}],
-                temperature=0.0, max_tokens=max_tokens, **extra)
+                temperature=temperature, max_tokens=max_tokens, **extra)
         except openai.OpenAIError as exc:
             raise LLMError(f"{self.name} at {self.client.base_url} failed: {exc.__class__.__name__}: "
                            f"{exc}") from exc
@@ -583,8 +601,9 @@ class HFChat(ChatLLM):
         except (OSError, ValueError) as exc:  # missing files, or a folder that holds no model
             raise LLMError(f"cannot load {model!r} with transformers: {exc}") from exc
 
-    def complete(self, prompt: str, max_tokens: int = 512, schema: dict[str, Any] | None = None) -> str:
-        """Greedy generation with the model's chat template; `schema` is not enforced here."""
+    def complete(self, prompt: str, max_tokens: int = 512, schema: dict[str, Any] | None = None,
+                 temperature: float = 0.0) -> str:
+        """Generation with the model's chat template (sampled above temperature 0); `schema` is not enforced."""
         import torch
 
         if getattr(self.tokenizer, "chat_template", None):
@@ -594,7 +613,8 @@ class HFChat(ChatLLM):
             text = prompt
         inputs = self.tokenizer(text, return_tensors="pt").to(self.model.device)
         with torch.no_grad():
-            output = self.model.generate(**inputs, max_new_tokens=max_tokens, do_sample=False,
+            sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
+            output = self.model.generate(**inputs, max_new_tokens=max_tokens, **sampling,
                                          pad_token_id=self.tokenizer.pad_token_id
                                          or self.tokenizer.eos_token_id)
         return self.tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)

@@ -21,7 +21,7 @@ import numpy as np
 import modalities
 
 from .agent import MemoryAgent
-from .disclosure import DISCLOSURES, gate_view, kept_out_view, note_view
+from .disclosure import DISCLOSURES, gate_view, kept_out_view, linked_view, note_view
 from .enrolment import check_captures_fit, check_not_enrolled, check_one_person
 from .errors import (
     DisclosureError,
@@ -63,13 +63,13 @@ class SearchResult:
     linked: list[tuple[Note, int]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        linked = {"linked": [{**note_view(n), "via": via} for n, via in self.linked]} if self.linked else {}
-        return {"results": [note_view(n, s) for n, s in self.notes], **linked, **self.view}
+        return {"results": [note_view(n, s) for n, s in self.notes], **linked_view(self.linked), **self.view}
 
 
 @dataclass
 class Answer:
-    """An answer, the notes it was allowed to read, the gate decision and the exact prompt."""
+    """An answer, the notes it was allowed to read (hits, then linked notes with the hit they came
+    from), the gate decision and the exact prompt."""
 
     text: str
     notes: list[tuple[Note, float]]
@@ -77,9 +77,11 @@ class Answer:
     prompt: str
     gated_out: int = 0
     view: dict[str, Any] = field(default_factory=dict)
+    linked: list[tuple[Note, int]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"answer": self.text, "results": [note_view(n, s) for n, s in self.notes], **self.view}
+        return {"answer": self.text, "results": [note_view(n, s) for n, s in self.notes], **linked_view(self.linked),
+                **self.view}
 
 
 @dataclass
@@ -511,7 +513,7 @@ class BioMemory:
         notes = [n for n, _ in result.notes] + [n for n, _ in result.linked]
         return Answer(text=self.llm.answer(question, notes, temporal, vector), notes=result.notes,
                       gate=result.gate, prompt=answer_prompt(question, notes, temporal),
-                      gated_out=result.gated_out, view=result.view)
+                      gated_out=result.gated_out, view=result.view, linked=result.linked)
 
     def get(self, note_id: int, *, probe: Any, client: Clients = None) -> Note:
         """One of the requester's notes (another owner's id raises NoteNotFoundError)."""

@@ -3,6 +3,7 @@
 import argparse
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from biomem.errors import InvalidInputError
 from biomem.eval import add_locomo_arguments, main
 from biomem.eval import locomo as lc
 from biomem.eval.biosources import load_source, non_owner
+from biomem.eval.protocols import NOT_MENTIONED_OPTION, AMemProtocol, PaperProtocol
 from biomem.eval.metrics import (
     amem_bleu1,
     amem_f1,
@@ -19,7 +21,8 @@ from biomem.eval.metrics import (
     locomo_f1,
     normalize_answer,
 )
-from biomem.store import Store
+from biomem.llm import OfflineLLM
+from biomem.store import Note, Store
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo10.json"
 needs_data = pytest.mark.skipif(not DATA.is_file(), reason=f"LoCoMo not at {DATA}")
@@ -69,6 +72,12 @@ def test_locomo_f1_multi_hop_averages_the_best_part_per_gold_part():
     assert locomo_f1("London", "London, Berlin", 4) == pytest.approx(2 / 3)
 
 
+def test_locomo_f1_adversarial_rewards_saying_it_is_not_mentioned():
+    assert locomo_f1("Not mentioned in the conversation", "anything", 5) == 1.0
+    assert locomo_f1("No information available", None, 5) == 1.0
+    assert locomo_f1("She went to Paris", "Paris", 5) == 0.0
+
+
 def test_evidence_recall_names_turns_with_their_conversation():
     evidence = [("conv-1", "D1:1"), ("conv-1", "D1:2")]
     assert evidence_recall(evidence, [("conv-1", "D1:2"), ("conv-2", "D1:1")]) == 0.5
@@ -83,12 +92,18 @@ def test_load_locomo_turns_notes_dates_and_evidence():
     assert len(conversations) == 10
     assert sum(len(c.turns) for c in conversations) == 5882
     first = conversations[0].turns[0]
-    assert (first.dia_id, first.note, first.date) == (
+    paper, amem = PaperProtocol(10, 0, "question"), AMemProtocol(10, 10, "keywords", 0, {})
+    assert (first.dia_id, paper.note(first), first.date) == (
         "D1:1", "Caroline: Hey Mel! Good to see you! How have you been?", "1:56 pm on 8 May, 2023")
+    assert amem.note(first) == "Speaker Carolinesays : Hey Mel! Good to see you! How have you been?"  # A-Mem's
     photo = next(t for t in conversations[0].turns if t.dia_id == "D1:5")
-    assert photo.note.startswith("Caroline: [Image: a photo of a dog walking past a wall")
+    assert paper.note(photo).startswith("Caroline: [Image: a photo of a dog walking past a wall")
+    assert amem.note(photo).startswith("Speaker Carolinesays : [Image: a photo of a dog walking past a wall")
     questions = [q for c in conversations for q in c.questions]
-    assert [sum(q.category == k for q in questions) for k in (1, 2, 4)] == [282, 321, 841]
+    assert [sum(q.category == k for q in questions) for k in (1, 2, 3, 4, 5)] == [282, 321, 96, 841, 446]
+    adversarial = [q for q in questions if q.category == 5]
+    assert all(q.adversarial for q in adversarial)
+    assert all(q.adversarial is None for q in questions if q.category != 5)
     conv43 = {q.evidence for q in conversations[4].questions}
     assert any("D11:26" in e for e in conv43)  # the data's "D:11:26"
 
@@ -96,11 +111,13 @@ def test_load_locomo_turns_notes_dates_and_evidence():
 @needs_data
 def test_sample_is_stratified_seeded_and_stable():
     questions = [q for c in lc.load_locomo(DATA) for q in c.questions]
-    sample = lc.sample_questions(questions, 0.1, seed=0)
+    sample = lc.sample_questions(questions, 0.1, seed=0, categories=(1, 2, 4))
     assert [sum(q.category == k for q in sample) for k in (1, 2, 4)] == [28, 32, 84]
-    assert sample == lc.sample_questions(questions, 0.1, seed=0)
-    assert sample != lc.sample_questions(questions, 0.1, seed=1)
-    assert all(q.category in (1, 2, 4) for q in lc.sample_questions(questions, 1.0, seed=0))
+    assert sample == lc.sample_questions(questions, 0.1, seed=0, categories=(1, 2, 4))
+    assert sample != lc.sample_questions(questions, 0.1, seed=1, categories=(1, 2, 4))
+    assert all(q.category in (1, 2, 4) for q in lc.sample_questions(questions, 1.0, seed=0, categories=(1, 2, 4)))
+    every = lc.sample_questions(questions, 0.1, seed=0, categories=(1, 2, 3, 4, 5))
+    assert [sum(q.category == k for q in every) for k in (1, 2, 3, 4, 5)] == [28, 32, 10, 84, 45]
 
 
 @needs_data
@@ -153,6 +170,52 @@ def _embeddings(folder: Path, people: int, captures: int, tau: float | None = No
     return path
 
 
+# ---- A-Mem's protocol --------------------------------------------------------------------------
+
+def _amem_note(note_id: int, content: str, **fields) -> Note:
+    return Note(id=note_id, owner=1, content=content, timestamp="2023-05-08T13:56:00",
+                keywords=fields.get("keywords", ["hey"]), tags=fields.get("tags", ["greeting"]),
+                context=fields.get("context", "A greeting."))
+
+
+def test_amem_context_is_its_find_related_memories_raw_with_locomo_dates():
+    amem = AMemProtocol(10, 10, "keywords", 0, {("conv-26", "D1:1"): "1:56 pm on 8 May, 2023"})
+    asker = lc.Asker(mem=None, bio=None, owners=[1], labels={1: "conv-26"}, dia_ids={5: "D1:1", 6: "D1:2"},
+                     protocol=amem)
+    hit, linked = _amem_note(5, "Speaker Carolinesays : Hey Mel!"), _amem_note(6, "Speaker Melaniesays : Hi!")
+    assert amem.context(asker, [hit], [(linked, 5)]) == (
+        "talk start time:1:56 pm on 8 May, 2023memory content: Speaker Carolinesays : Hey Mel!"
+        "memory context: A greeting.memory keywords: ['hey']memory tags: ['greeting']\n"
+        "talk start time:2023-05-08T13:56:00memory content: Speaker Melaniesays : Hi!"  # no date known: stored one
+        "memory context: A greeting.memory keywords: ['hey']memory tags: ['greeting']\n")
+
+
+def test_protocols_default_to_their_own_query_and_links_and_record_overrides():
+    paper, amem = lc.make_protocol("paper", 10, 0, {}), lc.make_protocol("amem", 10, 0, {})
+    assert (paper.query, paper.links, amem.query, amem.links) == ("question", 0, "keywords", 10)
+    ablation = lc.make_protocol("paper", 10, 0, {}, links=3, query="keywords")
+    assert ablation.config()["links"] == "up to 3 linked notes per hit" and "keywords" in ablation.config()["query"]
+    with pytest.raises(InvalidInputError):
+        lc.make_protocol("amem", 10, 0, {}, query="embedding")
+    with pytest.raises(InvalidInputError):
+        lc.make_protocol("mem0", 10, 0, {})
+
+
+@needs_data
+def test_amem_adversarial_options_are_seeded_per_question_and_scored_against_the_distractor(text_encoder):
+    questions = [q for c in lc.load_locomo(DATA) for q in c.questions if q.category == 5]
+    amem = AMemProtocol(10, 10, "keywords", 0, {})
+    orders = [amem.options(q) for q in questions[:40]]
+    assert orders == [AMemProtocol(10, 10, "keywords", 0, {}).options(q) for q in questions[:40]]
+    assert {first == NOT_MENTIONED_OPTION for first, _ in orders} == {True, False}
+    assert all(set(pair) == {NOT_MENTIONED_OPTION, q.adversarial} for pair, q in zip(orders, questions))
+    assert amem.reference(questions[0]) == questions[0].adversarial
+    offline = OfflineLLM(text_encoder)
+    assert amem._offline(offline, questions[0], []) == NOT_MENTIONED_OPTION  # nothing retrieved
+    unrelated = [_amem_note(1, "The weather in Lisbon was sunny all week.")]
+    assert amem._offline(offline, questions[0], unrelated) == NOT_MENTIONED_OPTION  # abstains
+
+
 # ---- end to end ---------------------------------------------------------------------------------
 
 def _run(tmp_path: Path, text_encoder, *options: str) -> dict:
@@ -192,7 +255,7 @@ def test_reduced_protocol_end_to_end(tmp_path, text_encoder):
         assert {n["note"] for n in r["retrieved"]} == set(ids[np.argsort(-(vectors @ query))[:10]].tolist())
 
     table = (out / "results.md").read_text()
-    assert "| Dataset | Probe | Multi-Hop | Temporal | Single-Hop | Average | Avg. Gap |" in table
+    assert "| Dataset | Probe | Multi-Hop | Temporal | Single-Hop | Average (macro) | Avg. Gap |" in table
     assert (out / "chart.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((out / "records.json").read_text())["records"] == json.loads(json.dumps(records, default=str))
     assert results["timings"]["ingest_cached"] is False
@@ -205,6 +268,29 @@ def test_reduced_protocol_end_to_end(tmp_path, text_encoder):
     assert [(r["conversation"], r["qa_index"]) for r in other["records"]] == \
         [(r["conversation"], r["qa_index"]) for r in records]
     assert other["summary"]["gated"]["non-owner"]["leaked"] == 0
+
+
+@needs_data
+@pytest.mark.slow
+def test_reduced_amem_protocol_end_to_end(tmp_path, text_encoder):
+    results = _run(tmp_path, text_encoder, "--bio", "palmsynth", "--protocol", "amem", "--out", str(tmp_path / "a"))
+    config, summary, records = results["config"], results["summary"], results["records"]
+    assert (config["protocol"], config["categories"], config["average"]) == ("amem", [1, 2, 3, 4, 5],
+                                                                             "micro over questions")
+    assert config["links"] == "up to 10 linked notes per hit" and "keywords" in config["query"]
+    owner = [r for r in records if r["mode"] == "gated" and r["role"] == "owner"]
+    assert summary["gated"]["owner"]["average"]["f1"] == pytest.approx(100 * np.mean([r["scores"]["f1"] for r in owner]))
+    assert summary["gated"]["owner"]["recall_linked"] >= summary["gated"]["owner"]["recall"]
+    assert any(r["linked"] for r in owner)  # A-Mem's links were followed
+    for r in (r for r in records if r["mode"] == "gated"):
+        assert all(n["owner"] == r["probe_identity"] for n in r["retrieved"] + r["linked"])
+        assert {n["via"] for n in r["linked"]} <= {n["note"] for n in r["retrieved"]}
+    assert summary["gated"]["non-owner"]["leaked"] == 0 and summary["ungated"]["non-owner"]["leaked"] > 0
+    store = Store(Path(config["cache_dir"]) / config["cache_key"] / "store.db")
+    contents = [n.content for i in store.identities() for n in store.all_notes(i.id)]
+    store.close()
+    assert contents and all(re.fullmatch(r"Speaker \w+says : .+", c, re.S) for c in contents)
+    assert "Average (micro)" in (tmp_path / "a" / "results.md").read_text()
 
 
 @needs_data

@@ -176,8 +176,9 @@ def test_a_non_owner_model_never_sees_the_owners_notes(family, capture):
 class Truncated(OpenAIChat):
     """The real model with a tiny max_tokens: every JSON reply is cut off."""
 
-    def complete(self, prompt: str, max_tokens: int = 512, schema: dict | None = None) -> str:
-        return super().complete(prompt, max_tokens=min(max_tokens, 12), schema=schema)
+    def complete(self, prompt: str, max_tokens: int = 512, schema: dict | None = None,
+                 temperature: float = 0.0) -> str:
+        return super().complete(prompt, max_tokens=min(max_tokens, 12), schema=schema, temperature=temperature)
 
 
 def test_truncated_json_falls_back_without_losing_the_note(server, make_memory, capture, offline):

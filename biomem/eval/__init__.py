@@ -25,6 +25,14 @@ def add_locomo_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `biomem eval locomo`."""
     parser.add_argument("--data", type=Path, default=None,
                         help="locomo10.json (downloaded there when absent; default: in --cache-dir)")
+    parser.add_argument("--protocol", default="paper", choices=["paper", "amem"],
+                        help="paper: the seed paper's (categories 1, 2, 4, macro average; default); amem: A-Mem's "
+                             "own evaluation choices (turn text, dates, query keywords, links, 5 categories, "
+                             "its answer prompts, micro average); see biomem.eval.protocols")
+    parser.add_argument("--query", default=None, choices=["question", "keywords"],
+                        help="retrieve with the question or the LLM's query keywords (default: the protocol's)")
+    parser.add_argument("--links", type=int, default=None,
+                        help="linked notes followed per hit (default: the protocol's, paper 0, amem k)")
     parser.add_argument("--bio", default="palmsynth",
                         help="palmsynth | faces | folder:DIR | embeddings:FILE (default palmsynth)")
     parser.add_argument("--encoder", default=None,

@@ -5,10 +5,10 @@
 
 Ten conversations become ten identities in one shared store (identity is the conversation,
 not the speaker: "John" is three different people). Every turn is a note of its
-conversation's identity, "Speaker: text" ("Speaker: [Image: caption] text" when the turn
-shared a photo), time-stamped with its session's date. Questions of categories 1, 2 and 4
-are asked as the owner (another capture of the owner's biometric), as a non-owner (the
-probe of the next identity in the store) and without a gate (top-K over every note).
+conversation's identity, time-stamped with its session's date, in the protocol's wording
+(biomem.eval.protocols: `paper`, the default, or `amem`). Each question is asked as the
+owner (another capture of the owner's biometric), as a non-owner (the probe of the next
+identity in the store) and without a gate (top-K over every note).
 """
 
 from __future__ import annotations
@@ -39,23 +39,19 @@ from biomem.textenc import TextEncoder
 from . import default_cache_dir
 from .biosources import BioSet, load_source, non_owner
 from .metrics import (
-    MULTI_HOP,
-    SINGLE_HOP,
-    TEMPORAL,
     amem_bleu1,
     amem_f1,
     evidence_recall,
     locomo_f1,
     word_tokenizer,
 )
+from .protocols import AMemProtocol, PaperProtocol, Protocol
 from .report import bar_chart, markdown, summarize
 
 # The revision A-Mem was evaluated on (see shared/data/locomo/README.md), pinned by commit and hash.
 LOCOMO_URL = ("https://raw.githubusercontent.com/snap-research/locomo/"
               "3eb6f2c585f5e1699204e3c3bdf7adc5c28cb376/data/locomo10.json")
 LOCOMO_SHA256 = "79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4"
-CATEGORIES = (MULTI_HOP, TEMPORAL, SINGLE_HOP)
-NOTE_FORMAT = 1  # bump when Turn.note changes: it is part of the ingestion cache key
 INGEST_CHUNK = 128  # turns per add_many call: one progress-bar step
 _EVIDENCE = re.compile(r"D:?(\d+):0*(\d+)")  # also reads the data's "D:11:26", "D30:05", "D8:6; D9:17"
 
@@ -73,12 +69,12 @@ class Turn:
     dia_id: str
     speaker: str
     text: str
-    caption: str | None
+    caption: str | None  # BLIP caption of a photo the turn shared
     date: str
 
     @property
     def note(self) -> str:
-        """The note's content: "Speaker: text", the BLIP caption of a shared photo in front of the text."""
+        """The paper protocol's note: "Speaker: text", the caption of a shared photo in front of the text."""
         if self.caption:
             return f"{self.speaker}: [Image: {self.caption}] {self.text}"
         return f"{self.speaker}: {self.text}"
@@ -94,6 +90,7 @@ class Question:
     answer: Any
     category: int
     evidence: tuple[str, ...]
+    adversarial: str | None = None  # category 5: LoCoMo's adversarial_answer, the distractor
 
 
 @dataclass(frozen=True)
@@ -147,7 +144,8 @@ def load_locomo(path: Path) -> list[Conversation]:
         questions = tuple(
             Question(sample["sample_id"], index, qa["question"], qa.get("answer"), int(qa["category"]),
                      tuple(e for e in (f"D{s}:{n}" for raw in qa.get("evidence", [])
-                                       for s, n in _EVIDENCE.findall(raw)) if e in known))
+                                       for s, n in _EVIDENCE.findall(raw)) if e in known),
+                     qa.get("adversarial_answer"))
             for index, qa in enumerate(sample["qa"]))
         conversations.append(Conversation(sample["sample_id"], turns, questions))
     return conversations
@@ -163,11 +161,12 @@ def trim(conversation: Conversation, max_turns: int | None) -> Conversation:
     return Conversation(conversation.sample_id, turns, questions)
 
 
-def sample_questions(questions: Sequence[Question], fraction: float, seed: int) -> list[Question]:
-    """Categories 1, 2, 4; with fraction < 1 a seeded subset of round(fraction * n) (at least 1) per category."""
+def sample_questions(questions: Sequence[Question], fraction: float, seed: int,
+                     categories: Sequence[int]) -> list[Question]:
+    """Questions of `categories`; with fraction < 1 a seeded subset of round(fraction * n) (at least 1) per category."""
     chosen: list[Question] = []
     rng = np.random.default_rng(seed)
-    for category in CATEGORIES:
+    for category in categories:
         pool = [q for q in questions if q.category == category]
         if fraction >= 1.0 or not pool:
             chosen += pool
@@ -193,21 +192,22 @@ class Ingested:
 
 
 def ingest(conversations: Sequence[Conversation], *, data_sha256: str, cache_dir: Path, text: TextEncoder,
-           llm: str, max_turns: int | None) -> Ingested:
+           llm: str, max_turns: int | None, protocol: Protocol) -> Ingested:
     """Ingest once per configuration; later runs reuse the cached SQLite file.
 
     The key covers the data file, the conversations and turn limit, the text model, the
-    note-building LLM, the engine and schema versions and NOTE_FORMAT. Identities are made
-    without templates: enrolment belongs to a biometric source and is done on a copy.
+    note-building LLM, the engine and schema versions and the protocol's note format.
+    Identities are made without templates: enrolment belongs to a biometric source and is
+    done on a copy.
     """
     fields = {"data_sha256": data_sha256, "conversations": [c.sample_id for c in conversations],
               "max_turns": max_turns, "text_model": text.name, "llm": llm, "engine": __version__,
-              "schema": SCHEMA_VERSION, "note_format": NOTE_FORMAT}
+              "schema": SCHEMA_VERSION, "note_format": protocol.note_format}
     key = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
     entry = cache_dir / key
     cached = (entry / "ingest.json").is_file()
     if not cached:
-        _build(entry, fields, conversations, text, llm)
+        _build(entry, fields, conversations, text, llm, protocol)
     meta = json.loads((entry / "ingest.json").read_text())
     return Ingested(db=entry / "store.db", key=key, identities=meta["identities"],
                     dia_ids={int(k): v for k, v in meta["dia_ids"].items()}, seconds=meta["seconds"],
@@ -215,7 +215,7 @@ def ingest(conversations: Sequence[Conversation], *, data_sha256: str, cache_dir
 
 
 def _build(entry: Path, fields: dict[str, Any], conversations: Sequence[Conversation], text: TextEncoder,
-           llm: str) -> None:
+           llm: str, protocol: Protocol) -> None:
     """Ingest into a private folder, then move it into place (a crash leaves no half entry)."""
     from biomem import BioMemory
 
@@ -233,7 +233,8 @@ def _build(entry: Path, fields: dict[str, Any], conversations: Sequence[Conversa
             identities[conversation.sample_id] = owner
             for start_turn in range(0, len(conversation.turns), INGEST_CHUNK):
                 chunk = conversation.turns[start_turn:start_turn + INGEST_CHUNK]
-                ids = mem.add_many([t.note for t in chunk], identity=owner, timestamps=[t.date for t in chunk])
+                ids = mem.add_many([protocol.note(t) for t in chunk], identity=owner,
+                                   timestamps=[t.date for t in chunk])
                 dia_ids.update(zip(ids, (t.dia_id for t in chunk)))
                 bar.update(len(chunk))
     meta = {"key": fields, "identities": identities, "dia_ids": dia_ids, "notes": len(dia_ids),
@@ -268,41 +269,52 @@ class MemoTextEncoder(TextEncoder):
 
 @dataclass
 class Asker:
-    """Everything one question needs: the store, the probes, who owns what."""
+    """Everything one question needs: the store, the probes, who owns what, the protocol."""
 
     mem: Any  # BioMemory on a working copy
     bio: BioSet
     owners: list[int]  # identity id of conversation i
     labels: dict[int, str]  # identity id -> sample_id
     dia_ids: dict[int, str]  # note id -> dia_id
+    protocol: Protocol
+
+    def turns(self, notes: Sequence[Any]) -> list[tuple[str, str | None]]:
+        """(sample_id, dia_id) of each note: the turn it stores."""
+        return [(self.labels[n.owner], self.dia_ids.get(n.id)) for n in notes]
 
     def record(self, question: Question, index: int, mode: str, role: str, answer: Any) -> dict[str, Any]:
-        """One per-question record: gate decision, retrieved notes, answer and scores."""
+        """One per-question record: gate decision, the notes the answer could read, answer and scores.
+        Leakage counts every note read, linked ones included."""
         probe_index = index if role == "owner" else non_owner(index, len(self.owners))
         probe_identity = self.owners[probe_index]
-        notes, scores = answer.notes, answer.gate.scores
+        scores = answer.gate.scores
+        hits, linked = [n for n, _ in answer.notes], [n for n, _ in answer.linked]
+        gold = self.protocol.reference(question)
+        evidence = [(question.conversation, e) for e in question.evidence]
         return {
             "mode": mode, "role": role, "conversation": question.conversation, "qa_index": question.index,
-            "category": question.category, "question": question.question, "gold": question.answer,
+            "category": question.category, "question": question.question, "gold": gold,
             "evidence": list(question.evidence), "probe_identity": self.labels[probe_identity],
             "gate": {"admitted": [self.labels[i] for i in answer.gate.admitted],
                      "owner_admitted": self.owners[index] in answer.gate.admitted,
                      "probe_score": scores.get(probe_identity), "owner_score": scores.get(self.owners[index]),
                      "threshold": answer.gate.threshold},
             "retrieved": [{"note": n.id, "owner": self.labels[n.owner], "dia_id": self.dia_ids.get(n.id),
-                           "score": round(float(s), 4)} for n, s in notes],
+                           "score": round(float(s), 4)} for n, s in answer.notes],
+            "linked": [{"note": n.id, "owner": self.labels[n.owner], "dia_id": self.dia_ids.get(n.id), "via": via}
+                       for n, via in answer.linked],
             "answer": answer.text,
-            "scores": {"f1": amem_f1(answer.text, question.answer),
-                       "bleu1": amem_bleu1(answer.text, question.answer),
-                       "locomo_f1": locomo_f1(answer.text, question.answer, question.category),
-                       "recall": evidence_recall([(question.conversation, e) for e in question.evidence],
-                                                 [(self.labels[n.owner], self.dia_ids.get(n.id)) for n, _ in notes]),
-                       "leaked": sum(n.owner != probe_identity for n, _ in notes), "retrieved": len(notes)},
+            "scores": {"f1": amem_f1(answer.text, gold), "bleu1": amem_bleu1(answer.text, gold),
+                       "locomo_f1": locomo_f1(answer.text, gold, question.category),
+                       "recall": evidence_recall(evidence, self.turns(hits)),
+                       "recall_linked": evidence_recall(evidence, self.turns(hits + linked))
+                       if self.protocol.links else None,
+                       "leaked": sum(n.owner != probe_identity for n in hits + linked),
+                       "retrieved": len(hits) + len(linked)},
         }
 
     def ask(self, question: Question, probe_index: int, policy: str | None = None) -> Any:
-        return self.mem.ask(question.question, probe=self.bio.probes[probe_index],
-                            temporal=question.category == TEMPORAL, policy=policy)
+        return self.protocol.ask(self, question, self.bio.probes[probe_index], policy)
 
 
 def gate_check(asker: Asker) -> dict[str, Any]:
@@ -382,9 +394,12 @@ def evaluate(args: argparse.Namespace, text: TextEncoder | None) -> dict[str, An
     bio = load_source(args.bio, len(conversations), encoder=args.encoder, tau=args.tau, seed=args.seed)
     enrol_s = time.perf_counter() - start
     text = MemoTextEncoder(text or TextEncoder(args.text_model))
+    dates = {(c.sample_id, t.dia_id): t.date for c in conversations for t in c.turns}
+    protocol = make_protocol(args.protocol, args.k, args.seed, dates, links=args.links, query=args.query)
     ingested = ingest(conversations, data_sha256=data_sha256, cache_dir=cache_dir, text=text,
-                      llm=args.ingest_llm, max_turns=args.max_turns)
-    questions = sample_questions([q for c in conversations for q in c.questions], args.sample, args.seed)
+                      llm=args.ingest_llm, max_turns=args.max_turns, protocol=protocol)
+    questions = sample_questions([q for c in conversations for q in c.questions], args.sample, args.seed,
+                                 list(protocol.categories))
     position = {c.sample_id: i for i, c in enumerate(conversations)}
     owners = [ingested.identities[c.sample_id] for c in conversations]
     with tempfile.TemporaryDirectory(prefix="biomem-locomo-") as work:
@@ -399,7 +414,8 @@ def evaluate(args: argparse.Namespace, text: TextEncoder | None) -> dict[str, An
             if bio.tau is not None:
                 mem.set_threshold(bio.tau, bio.modality, source=bio.tau_source)
             enrol_s += time.perf_counter() - start
-            asker = Asker(mem, bio, owners, {i: s for s, i in ingested.identities.items()}, ingested.dia_ids)
+            asker = Asker(mem, bio, owners, {i: s for s, i in ingested.identities.items()}, ingested.dia_ids,
+                          protocol)
             gate = gate_check(asker)
             records, seconds = answer_all(asker, [(q, position[q.conversation]) for q in questions])
     config = {
@@ -411,8 +427,20 @@ def evaluate(args: argparse.Namespace, text: TextEncoder | None) -> dict[str, An
         "ingest_llm": args.ingest_llm, "text_model": text.name, "threads": args.threads, "k": args.k,
         "sample": args.sample, "seed": args.seed, "questions": len(questions),
         "bleu_tokenizer": word_tokenizer()[0], "engine": __version__, "cache_dir": str(cache_dir),
-        "cache_key": ingested.key,
+        "cache_key": ingested.key, **protocol.config(),
     }
     timings = {"ingest_s": ingested.seconds, "ingest_cached": ingested.cached, "notes": len(ingested.dia_ids),
                "enrol_s": enrol_s, **seconds, "total_s": time.perf_counter() - wall}
-    return {"config": config, "timings": timings, "summary": summarize(records, gate), "records": records}
+    summary = summarize(records, gate, protocol.categories, protocol.average)
+    return {"config": config, "timings": timings, "summary": summary, "records": records}
+
+
+def make_protocol(name: str, k: int, seed: int, dates: dict[tuple[str, str], str], *, links: int | None = None,
+                  query: str | None = None) -> Protocol:
+    """The protocol called `name` ("paper" or "amem"); `dates` by (sample_id, dia_id), for A-Mem's context.
+    `links` and `query` override the protocol's own choice (paper: 0 and the question; amem: k and keywords)."""
+    if name == "paper":
+        return PaperProtocol(k, 0 if links is None else links, query or "question")
+    if name == "amem":
+        return AMemProtocol(k, k if links is None else links, query or "keywords", seed, dates)
+    raise InvalidInputError(f"unknown protocol {name!r}: paper or amem")

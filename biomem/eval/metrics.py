@@ -25,7 +25,9 @@ from nltk.tokenize import NLTKWordTokenizer
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
 MULTI_HOP, TEMPORAL, OPEN_DOMAIN, SINGLE_HOP, ADVERSARIAL = 1, 2, 3, 4, 5
-CATEGORY_NAMES = {MULTI_HOP: "Multi-Hop", TEMPORAL: "Temporal", SINGLE_HOP: "Single-Hop"}
+CATEGORY_NAMES = {MULTI_HOP: "Multi-Hop", TEMPORAL: "Temporal", SINGLE_HOP: "Single-Hop"}  # the paper's three
+ALL_CATEGORY_NAMES = {MULTI_HOP: "Multi-Hop", TEMPORAL: "Temporal", OPEN_DOMAIN: "Open-Domain",
+                      SINGLE_HOP: "Single-Hop", ADVERSARIAL: "Adversarial"}
 
 _SMOOTHING = SmoothingFunction().method1
 _STEMMER = PorterStemmer()
@@ -98,8 +100,12 @@ def locomo_f1_single(prediction: str, reference: str) -> float:
 
 
 def locomo_f1(prediction: Any, reference: Any, category: int) -> float:
-    """Official LoCoMo F1; multi-hop: mean over comma-separated gold parts of the best part of the prediction."""
+    """Official LoCoMo F1; multi-hop: mean over comma-separated gold parts of the best part of the prediction;
+    adversarial: 1 when the prediction says the thing is not mentioned (or no information is available)."""
     prediction, reference = str(prediction), str(reference)
+    if category == ADVERSARIAL:
+        said = prediction.lower()
+        return float("not mentioned" in said or "no information available" in said)
     if category != MULTI_HOP:
         return locomo_f1_single(prediction, reference)
     predictions = [p.strip() for p in prediction.split(",")]

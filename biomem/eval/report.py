@@ -20,26 +20,35 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return float(np.mean(kept)) if kept else None
 
 
-def _group(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Scores per category, their macro average, evidence recall@K and leakage of one (mode, role)."""
+def _group(rows: Sequence[dict[str, Any]], names: dict[int, str], average: str) -> dict[str, Any]:
+    """Scores per category, their average (macro: over categories; micro: over questions),
+    evidence recall@K (and with linked notes, when links were followed) and leakage of one (mode, role)."""
     categories = {}
-    for category in CATEGORY_NAMES:
+    for category in names:
         picked = [r["scores"] for r in rows if r["category"] == category]
         categories[category] = {"n": len(picked), **{m: percent(s[m] for s in picked) for m in METRICS}}
-    average = {m: _mean([c[m] for c in categories.values()]) for m in METRICS}  # macro over categories
+    if average == "micro":
+        mean = {m: percent(r["scores"][m] for r in rows) for m in METRICS}
+    else:
+        mean = {m: _mean([c[m] for c in categories.values()]) for m in METRICS}
     leaked = sum(r["scores"]["leaked"] for r in rows)
     retrieved = sum(r["scores"]["retrieved"] for r in rows)
-    return {"questions": len(rows), "categories": categories, "average": average,
-            "recall": percent(r["scores"]["recall"] for r in rows), "leaked": leaked, "retrieved": retrieved,
+    return {"questions": len(rows), "categories": categories, "average": mean,
+            "recall": percent(r["scores"]["recall"] for r in rows),
+            "recall_linked": percent(r["scores"].get("recall_linked") for r in rows),
+            "leaked": leaked, "retrieved": retrieved,
             "leakage": 100 * leaked / retrieved if retrieved else 0.0,
             "empty_pools": sum(r["scores"]["retrieved"] == 0 for r in rows)}
 
 
-def summarize(records: Sequence[dict[str, Any]], gate: dict[str, Any]) -> dict[str, Any]:
-    """Every (mode, role) group, Avg. Gap = Owner Average - Non-owner Average, and the gate check."""
-    summary: dict[str, Any] = {"gate": gate}
+def summarize(records: Sequence[dict[str, Any]], gate: dict[str, Any], names: dict[int, str] = CATEGORY_NAMES,
+              average: str = "macro") -> dict[str, Any]:
+    """Every (mode, role) group over the categories `names`, Avg. Gap = Owner Average - Non-owner
+    Average, and the gate check."""
+    summary: dict[str, Any] = {"gate": gate, "categories": dict(names), "average_rule": average}
     for mode in MODES:
-        groups = {role: _group([r for r in records if r["mode"] == mode and r["role"] == role]) for role in ROLES}
+        groups = {role: _group([r for r in records if r["mode"] == mode and r["role"] == role], names, average)
+                  for role in ROLES}
         owner, other = groups["owner"]["average"], groups["non-owner"]["average"]
         groups["gap"] = {m: owner[m] - other[m] if owner[m] is not None and other[m] is not None else None
                          for m in METRICS}
@@ -56,12 +65,13 @@ def _pair(scores: dict[str, Any]) -> str:
 
 
 def _score_table(summary: dict[str, Any], dataset: str, cell: Any) -> list[str]:
-    columns = [*CATEGORY_NAMES.values(), "Average", "Avg. Gap"]
+    names = summary["categories"]
+    columns = [*names.values(), f"Average ({summary['average_rule']})", "Avg. Gap"]
     lines = ["| Dataset | Probe | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
     for mode, label in (("gated", f"{dataset}, gated"), ("ungated", "no gate (A-Mem over all users)")):
         for role in ROLES:
             group = summary[mode][role]
-            cells = [cell(group["categories"][c]) for c in CATEGORY_NAMES] + [cell(group["average"])]
+            cells = [cell(group["categories"][c]) for c in names] + [cell(group["average"])]
             cells.append(cell(summary[mode]["gap"]) if role == "owner" else "")
             lines.append(f"| {label if role == 'owner' else ''} | {role.capitalize()} | " + " | ".join(cells) + " |")
     return lines
@@ -71,7 +81,7 @@ def markdown(summary: dict[str, Any], config: dict[str, Any], timings: dict[str,
     """The tables and timings of one run, as printed and written to results.md."""
     gate = summary["gate"]
     counts = ", ".join(f"{name} {summary['gated']['owner']['categories'][c]['n']}"
-                       for c, name in CATEGORY_NAMES.items())
+                       for c, name in summary["categories"].items())
     probes = len(gate["probes"])
     lines = [
         f"### LoCoMo, {config['dataset']}, answers by `{config['llm']}`", "",
@@ -95,7 +105,9 @@ def markdown(summary: dict[str, Any], config: dict[str, Any], timings: dict[str,
     for mode in MODES:
         for role in ROLES:
             g = summary[mode][role]
-            lines.append(f"| {mode} | {role.capitalize()} | {_num(g['recall'])}% | {g['leaked']} / {g['retrieved']} "
+            recall = f"{_num(g['recall'])}%" + (f" ({_num(g['recall_linked'])}% with linked notes)"
+                                                if g["recall_linked"] is not None else "")
+            lines.append(f"| {mode} | {role.capitalize()} | {recall} | {g['leaked']} / {g['retrieved']} "
                          f"| {g['leakage']:.2f}% | {acceptance.get((mode, role), 'everyone (τ = -1)')} "
                          f"| {g['empty_pools']} |")
     cached = "cached, built in" if timings["ingest_cached"] else "built in"
@@ -114,7 +126,8 @@ def bar_chart(summary: dict[str, Any], config: dict[str, Any], path: Path) -> No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [*CATEGORY_NAMES.values(), "Average"]
+    names = summary["categories"]
+    labels = [*names.values(), "Average"]
     series = [("Owner (gated)", summary["gated"]["owner"], "#2b6cb0"),
               ("Non-owner (gated)", summary["gated"]["non-owner"], "#c53030"),
               ("No gate, any probe", summary["ungated"]["owner"], "#a0aec0")]
@@ -123,7 +136,7 @@ def bar_chart(summary: dict[str, Any], config: dict[str, Any], path: Path) -> No
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, metric, title in zip(axes, ("f1", "bleu1"), ("token F1 (%)", "BLEU-1 (%)")):
         for offset, (name, group, color) in enumerate(series):
-            values = [group["categories"][c][metric] for c in CATEGORY_NAMES] + [group["average"][metric]]
+            values = [group["categories"][c][metric] for c in names] + [group["average"][metric]]
             ax.bar(x + (offset - 1) * width, [v or 0.0 for v in values], width, label=name, color=color)
         ax.set_xticks(x, labels)
         ax.set_title(title)
