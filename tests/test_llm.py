@@ -20,6 +20,7 @@ from biomem import llamacpp
 from biomem.errors import ModelUnavailableError
 from biomem.llm import (
     ANALYZE_PROMPT,
+    ANSWER_SCHEMA,
     CONTEXT_PLACEHOLDER,
     NO_CONTEXT_PROMPT,
     NOT_MENTIONED,
@@ -666,6 +667,17 @@ def test_the_sentence_cache_is_per_owner_bounded_droppable_and_holds_no_text(tex
     assert all(b"7319" not in key[1] and isinstance(key[1], bytes) for key in llm._sentences)
     llm.drop_owner(2)
     assert llm.cached_owners() == {1}
+
+
+def test_a_mem_answer_call_asks_for_json_at_the_given_temperature_and_keeps_a_bare_reply(server, chat):
+    server.script('Sure! {"answer": "7 May 2023"}', "  Biscuit  ")
+    assert chat.answer_json("Based on the context: ... Short answer:", 0.7) == "7 May 2023"
+    body = server.requests[0]
+    assert body["temperature"] == 0.7
+    assert body["response_format"] == {"type": "json_object", "schema": ANSWER_SCHEMA}
+    assert chat.answer_json("Based on the context: ... Short answer:", 0.5) == "Biscuit"  # A-Mem keeps it as is
+    assert server.requests[1]["temperature"] == 0.5
+    assert chat.stats()["answer"]["calls"] == 2 and chat.stats()["answer"]["json_ok"] == 1
 
 
 def test_an_empty_answer_is_replaced_by_the_offline_answer(server, chat, offline):
