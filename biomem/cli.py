@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -194,7 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `biomem` console script; typed errors become one line and exit 2."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.command_line = shlex.join(["biomem", *argv])  # recorded by runs such as `biomem eval locomo`
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -74,8 +73,6 @@ def run_locomo(args: argparse.Namespace) -> None:
     """Run the protocol, print its tables and say where the records and chart went."""
     from .locomo import run
 
-    if not getattr(args, "command_line", None):
-        args.command_line = shlex.join(["biomem", *sys.argv[1:]])
     results = run(args)
     print((args.out / "results.md").read_text())
     print(f"wrote {args.out / 'records.json'} ({len(results['records'])} records) and {args.out / 'chart.png'}")
