@@ -241,6 +241,7 @@ def test_reduced_protocol_end_to_end(tmp_path, text_encoder):
     assert gated["owner"]["recall"] > 0 and gated["non-owner"]["recall"] == 0
     assert gated["owner"]["leaked"] == gated["non-owner"]["leaked"] == 0
     assert ungated["non-owner"]["leaked"] > 0
+    assert gated["owner"]["context_notes"] == 10 and gated["owner"]["prompt_tokens"] > 100
     record = records[0]
     assert {"question", "category", "probe_identity", "gate", "retrieved", "answer", "scores"} <= set(record)
     assert all(r["owner"] == record["probe_identity"] for r in record["retrieved"])
@@ -282,6 +283,8 @@ def test_reduced_amem_protocol_end_to_end(tmp_path, text_encoder):
     assert summary["gated"]["owner"]["average"]["f1"] == pytest.approx(100 * np.mean([r["scores"]["f1"] for r in owner]))
     assert summary["gated"]["owner"]["recall_linked"] >= summary["gated"]["owner"]["recall"]
     assert any(r["linked"] for r in owner)  # A-Mem's links were followed
+    assert summary["gated"]["owner"]["context_notes"] > 10  # 10 hits and their linked notes
+    assert all(r["scores"]["prompt_tokens"] > 0 for r in owner)
     for r in (r for r in records if r["mode"] == "gated"):
         assert all(n["owner"] == r["probe_identity"] for n in r["retrieved"] + r["linked"])
         assert {n["via"] for n in r["linked"]} <= {n["note"] for n in r["retrieved"]}

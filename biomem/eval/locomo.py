@@ -310,8 +310,12 @@ class Asker:
                        "recall_linked": evidence_recall(evidence, self.turns(hits + linked))
                        if self.protocol.links else None,
                        "leaked": sum(n.owner != probe_identity for n in hits + linked),
-                       "retrieved": len(hits) + len(linked)},
+                       "retrieved": len(hits) + len(linked), "prompt_tokens": self.tokens(answer.prompt)},
         }
+
+    def tokens(self, text: str) -> int:
+        """Length of a prompt in the text encoder's word pieces (a proxy for an LLM's tokens)."""
+        return len(self.mem.text.model.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
     def ask(self, question: Question, probe_index: int, policy: str | None = None) -> Any:
         return self.protocol.ask(self, question, self.bio.probes[probe_index], policy)

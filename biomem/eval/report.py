@@ -37,6 +37,8 @@ def _group(rows: Sequence[dict[str, Any]], names: dict[int, str], average: str) 
             "recall": percent(r["scores"]["recall"] for r in rows),
             "recall_linked": percent(r["scores"].get("recall_linked") for r in rows),
             "leaked": leaked, "retrieved": retrieved,
+            "context_notes": _mean([r["scores"]["retrieved"] for r in rows]),
+            "prompt_tokens": _mean([r["scores"].get("prompt_tokens") for r in rows]),
             "leakage": 100 * leaked / retrieved if retrieved else 0.0,
             "empty_pools": sum(r["scores"]["retrieved"] == 0 for r in rows)}
 
@@ -95,8 +97,9 @@ def markdown(summary: dict[str, Any], config: dict[str, Any], timings: dict[str,
         *_score_table(summary, config["dataset"], lambda s: _num(s["locomo_f1"])), "",
         (f"Retrieval and gate (no LLM involved; leakage = retrieved notes not owned by the probe's identity; "
          f"gate acceptance over the {probes} probes):"), "",
-        "| Mode | Probe | Evidence recall@K | Leaked / retrieved notes | Leakage | Gate acceptance | Empty pools |",
-        "|---|---|---|---|---|---|---|",
+        "| Mode | Probe | Evidence recall@K | Leaked / retrieved notes | Leakage | Gate acceptance | Empty pools "
+        "| Context: notes / prompt tokens |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     accepted = sum(p["accepted"] for p in gate["probes"])
     false = sum(p["false_accept"] for p in gate["probes"])
@@ -109,7 +112,7 @@ def markdown(summary: dict[str, Any], config: dict[str, Any], timings: dict[str,
                                                 if g["recall_linked"] is not None else "")
             lines.append(f"| {mode} | {role.capitalize()} | {recall} | {g['leaked']} / {g['retrieved']} "
                          f"| {g['leakage']:.2f}% | {acceptance.get((mode, role), 'everyone (τ = -1)')} "
-                         f"| {g['empty_pools']} |")
+                         f"| {g['empty_pools']} | {_num(g['context_notes'])} / {_num(g['prompt_tokens'])} |")
     cached = "cached, built in" if timings["ingest_cached"] else "built in"
     timing = (f"Timings: ingestion of {timings['notes']} notes {cached} {timings['ingest_s']:.1f} s; "
               f"biometric encoding and enrolment {timings['enrol_s']:.1f} s; answering gated "
