@@ -58,9 +58,9 @@ def record_prompts(llm: LLM) -> list[str]:
     prompts: list[str] = []
     complete = llm.complete
 
-    def recorded(prompt: str, max_tokens: int = 512, schema: dict | None = None) -> str:
+    def recorded(prompt: str, max_tokens: int = 512, schema: dict | None = None, temperature: float = 0.0) -> str:
         prompts.append(prompt)
-        return complete(prompt, max_tokens, schema)
+        return complete(prompt, max_tokens, schema, temperature)
 
     llm.complete = recorded
     return prompts
