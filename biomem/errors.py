@@ -1,28 +1,21 @@
-"""Typed errors: every refusal the engine makes has its own class and a message a person can act on."""
+"""Typed errors: every refusal the engine makes has its own class and a message a person can act on.
 
+The encoders' errors live in `modalities.errors` (so that `modalities` imports nothing from
+`biomem`) and are re-exported here: `from biomem.errors import NoFaceError` works as before.
+"""
 
-class BioMemError(Exception):
-    """Base class of every error Bio-Memory raises on purpose."""
-
-
-class InvalidInputError(BioMemError, ValueError):
-    """Input that cannot be used at all: empty text, wrong type, unknown option."""
-
-
-class InvalidImageError(InvalidInputError):
-    """A file or array that is not a decodable image, or one too small or too large to use."""
-
-
-class NoFaceError(InvalidInputError):
-    """The probe image holds no detectable face."""
-
-
-class NoPalmError(InvalidInputError):
-    """The image holds no usable palm region (blank, flat, or not a palm ROI)."""
-
-
-class MultipleFacesError(InvalidInputError):
-    """The probe image holds several faces: the requester is ambiguous, so we refuse."""
+from modalities.errors import (  # noqa: F401  (re-exported)
+    BioMemError,
+    InvalidImageError,
+    InvalidInputError,
+    ModelUnavailableError,
+    MultipleFacesError,
+    NoFaceError,
+    NoPalmError,
+    PluginError,
+    UnknownEncoderError,
+    UnknownModalityError,
+)
 
 
 class ModalityMismatchError(InvalidInputError):
@@ -41,20 +34,12 @@ class NoteNotFoundError(BioMemError, LookupError):
     """
 
 
-class ModelUnavailableError(BioMemError, RuntimeError):
-    """A model or weight file cannot be found locally and cannot be downloaded."""
-
-
 class StoreCorruptError(BioMemError, RuntimeError):
     """The database file is not a Bio-Memory store (or is damaged); it is left untouched."""
 
 
 class LLMError(BioMemError, RuntimeError):
     """An LLM backend could not be reached or configured."""
-
-
-class UnknownModalityError(InvalidInputError, LookupError):
-    """No encoder of that name is registered (built-in, entry point or register())."""
 
 
 class EnrolmentError(BioMemError, ValueError):

@@ -94,29 +94,22 @@ class _Probes:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def info(self, name: str) -> modalities.EncoderInfo:
-        """Metadata of a loaded encoder instance, else the registry's (UnknownModalityError)."""
+        """Metadata of a loaded encoder instance, else the registry's (UnknownEncoderError, an
+        UnknownModalityError, for a name it does not know)."""
         encoder = self.encoders.get(name)
-        return encoder.info if encoder is not None else encoder_info(name)
+        return encoder.info if encoder is not None else modalities.info(name)
 
     def get(self, name: str) -> modalities.Encoder:
         encoder = self.encoders.get(name)
         if encoder is not None:
             return encoder
-        encoder_info(name)  # an unknown name is a typed error before any lock is held
+        modalities.info(name)  # an unknown name is a typed error before any lock is held
         with self.lock:
             lock = self.locks.setdefault(name, threading.Lock())
         with lock:
             if name not in self.encoders:
                 self.encoders[name] = modalities.create(name)
             return self.encoders[name]
-
-
-def encoder_info(name: str) -> modalities.EncoderInfo:
-    """The registry's metadata of `name`; UnknownModalityError for a name it does not know."""
-    try:
-        return modalities.info(name)
-    except KeyError:
-        raise UnknownModalityError(f"unknown encoder {name!r}; available: {', '.join(modalities.names())}") from None
 
 
 class BioMemory:
@@ -167,7 +160,10 @@ class BioMemory:
             encoder = encoder.name
         stored_encoder = self.store.get_meta("default_modality")
         self.modality = encoder or stored_encoder or os.environ.get("BIOMEM_ENCODER") or DEFAULT_ENCODER
-        if stored_encoder is None:
+        if stored_encoder is None and (self.modality in self._encoders.encoders
+                                       or self.modality in modalities.names()):
+            # A misspelt --encoder must not become the store's encoder for good; an unregistered
+            # name (precomputed probes in the evaluation) is used for this session only.
             self.store.set_meta("default_modality", self.modality)
         self.policy = policy
         self.k = check_k(k)

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from modalities.weights import hub_offline
+
 from .errors import ModelUnavailableError
 
 DEFAULT_TEXT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -29,10 +31,6 @@ def shipped_minilm_dir() -> Path | None:
         return None
     folder = Path(spec.origin).parent / "model"
     return folder if (folder / "modules.json").exists() else None
-
-
-def _hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
 
 
 class TextEncoder:
@@ -64,7 +62,7 @@ class TextEncoder:
         shipped = shipped_minilm_dir()
         if repo == DEFAULT_TEXT_MODEL and shipped is not None:
             return loader(str(shipped))
-        if not _hub_offline():
+        if not hub_offline():
             try:
                 return loader(repo)
             except Exception as exc:

@@ -5,7 +5,9 @@
     modalities.create("face-dlib")  # an Encoder, weights loaded
 
 Third-party encoders join through the entry-point group `biomem.modalities` (the entry
-point names an `Encoder` subclass) or by calling `register(EncoderClass)`.
+point names an `Encoder` subclass) or by calling `register(EncoderClass)`. An unknown name
+raises UnknownEncoderError, anything else registered as an encoder PluginError (typed
+errors that are also a KeyError and a TypeError).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from .base import Encoder, EncoderInfo, l2_normalise
+from .errors import PluginError, UnknownEncoderError
 
 ENTRY_POINT_GROUP = "biomem.modalities"
 
@@ -32,7 +35,7 @@ _registered: dict[str, type[Encoder]] = {}
 def register(encoder_cls: type[Encoder]) -> type[Encoder]:
     """Add an Encoder subclass under `encoder_cls.info.name`; usable as a class decorator."""
     if not (isinstance(encoder_cls, type) and issubclass(encoder_cls, Encoder)):
-        raise TypeError("register() takes an Encoder subclass with an `info` attribute")
+        raise PluginError("register() takes an Encoder subclass with an `info` attribute")
     _registered[encoder_cls.info.name] = encoder_cls
     return encoder_cls
 
@@ -55,9 +58,9 @@ def _resolve(name: str) -> type[Encoder]:
     if name in plugins:
         cls = plugins[name].load()
         if not (isinstance(cls, type) and issubclass(cls, Encoder)):
-            raise TypeError(f"entry point {name!r} in {ENTRY_POINT_GROUP} is not an Encoder subclass")
+            raise PluginError(f"entry point {name!r} in {ENTRY_POINT_GROUP} is not an Encoder subclass")
         return cls
-    raise KeyError(f"unknown encoder {name!r}; available: {', '.join(names())}")
+    raise UnknownEncoderError(f"unknown encoder {name!r}; available: {', '.join(names())}")
 
 
 def names() -> list[str]:

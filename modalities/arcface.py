@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from biomem.errors import InvalidInputError, ModelUnavailableError, MultipleFacesError, NoFaceError
+from .errors import InvalidInputError, ModelUnavailableError, MultipleFacesError, NoFaceError
 
 from .base import Encoder, EncoderInfo, l2_normalise
 from .images import load_image

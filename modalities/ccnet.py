@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from biomem.errors import ModelUnavailableError
+from .errors import ModelUnavailableError
 
 from .base import Encoder, EncoderInfo, l2_normalise
 from .palm import palm_roi

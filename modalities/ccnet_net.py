@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from biomem.errors import ModelUnavailableError
+from .errors import ModelUnavailableError
 
 from .ccnet import EMBEDDING_DIM
 

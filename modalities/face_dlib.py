@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from biomem.errors import ModelUnavailableError, MultipleFacesError, NoFaceError
+from .errors import ModelUnavailableError, MultipleFacesError, NoFaceError
 
 from .base import Encoder, EncoderInfo, l2_normalise
 from .images import load_image

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from biomem.errors import InvalidImageError
+from .errors import InvalidImageError
 
 DEFAULT_MAX_PIXELS = 40_000_000
 DEFAULT_MIN_SIDE = 32

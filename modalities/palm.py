@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from biomem.errors import NoPalmError
+from .errors import NoPalmError
 
 from .images import load_image
 

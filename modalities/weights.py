@@ -19,7 +19,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from biomem.errors import ModelUnavailableError
+from .errors import ModelUnavailableError
 
 
 def weights_dir() -> Path:
@@ -27,7 +27,8 @@ def weights_dir() -> Path:
     return Path(os.environ.get("BIOMEM_WEIGHTS", "weights")).expanduser()
 
 
-def _offline() -> bool:
+def hub_offline() -> bool:
+    """Whether HF_HUB_OFFLINE forbids Hub downloads (read on every call, as tests change it)."""
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
 
 
@@ -88,7 +89,7 @@ def _from_hub(source: str, filename: str | None, sha256: str | None,
     except ModelUnavailableError:
         raise
     except Exception as cache_miss:  # huggingface_hub raises several types for "not cached"
-        if _offline():
+        if hub_offline():
             raise _missing(repo_id, inner, "offline (HF_HUB_OFFLINE is set)") from cache_miss
     try:
         return _checked(Path(hf_hub_download(repo_id, inner, cache_dir=cache_dir)), sha256, source)

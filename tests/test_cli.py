@@ -73,6 +73,15 @@ def test_typed_errors_are_one_line_and_exit_2(tmp_path, images, capsys):
     assert code == 2 and "UnknownIdentityError" in err
 
 
+def test_a_misspelt_encoder_is_one_line_and_does_not_become_the_stores(tmp_path, images, capsys):
+    db = ["--db", str(tmp_path / "typo.db")]
+    code, _, err = run(capsys, *db, "--encoder", "face-arcfce", "enroll", "bob", images["alice1"])
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith("biomem: UnknownEncoderError: unknown encoder 'face-arcfce'; available: ")
+    code, out, _ = run(capsys, *db, "stats")
+    assert code == 0 and json.loads(out)["default_modality"] == "face-arcface-s"
+
+
 def test_console_script_is_installed():
     exe = shutil.which("biomem")
     assert exe, "pip install -e . puts the biomem command on PATH"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,10 @@ import numpy as np
 import pytest
 
 import modalities
+from biomem import errors as biomem_errors
 from modalities import Encoder, EncoderInfo, l2_normalise
+from modalities import errors as modalities_errors
+from modalities.errors import BioMemError, PluginError, UnknownEncoderError, UnknownModalityError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,8 +88,9 @@ def test_plugin_is_gone_when_its_distribution_is():
 def test_entry_point_that_is_not_an_encoder_is_refused(plugin_path):
     install_plugin(plugin_path, "bm_plugin_broken", "other-broken = bm_plugin_broken:NotAnEncoder")
     assert "other-broken" in modalities.names()
-    with pytest.raises(TypeError, match="not an Encoder subclass"):
+    with pytest.raises(PluginError, match="not an Encoder subclass") as refused:
         modalities.create("other-broken")
+    assert isinstance(refused.value, (BioMemError, TypeError))
 
 
 def test_register_adds_an_encoder_class(clean_registry):
@@ -103,17 +108,27 @@ def test_register_adds_an_encoder_class(clean_registry):
 
 
 def test_register_refuses_what_is_not_an_encoder_class(clean_registry):
-    with pytest.raises(TypeError):
+    with pytest.raises(PluginError):
         modalities.register(object)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError):  # still a TypeError for code written before PluginError
         modalities.register(modalities.create("palm-compcode"))  # an instance, not a class
 
 
-def test_unknown_name_lists_the_available_ones():
-    with pytest.raises(KeyError, match="unknown encoder 'face-nope'.*face-dlib.*palm-compcode"):
+def test_unknown_name_is_a_typed_error_that_lists_the_available_ones():
+    with pytest.raises(UnknownEncoderError) as unknown:
         modalities.create("face-nope")
+    assert str(unknown.value).startswith("unknown encoder 'face-nope'; available: ")  # unquoted, unlike KeyError
+    assert "face-dlib" in str(unknown.value) and "palm-compcode" in str(unknown.value)
+    assert isinstance(unknown.value, (BioMemError, UnknownModalityError, KeyError))
     with pytest.raises(KeyError):
         modalities.info("face-nope")
+
+
+def test_modalities_imports_nothing_from_biomem():
+    package = Path(modalities.__file__).parent
+    for source in package.glob("*.py"):
+        assert not re.search(r"^\s*(from|import) biomem\b", source.read_text(), re.M), source.name
+    assert biomem_errors.NoFaceError is modalities_errors.NoFaceError  # one class, re-exported
 
 
 def test_available_lists_builtins_without_importing_dlib():

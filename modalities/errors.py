@@ -1,0 +1,45 @@
+"""The errors an encoder raises, owned here so that `modalities` needs nothing from `biomem`;
+`biomem.errors` re-exports them beside the engine's own."""
+
+
+class BioMemError(Exception):
+    """Base class of every error Bio-Memory raises on purpose."""
+
+
+class InvalidInputError(BioMemError, ValueError):
+    """Input that cannot be used at all: empty text, wrong type, unknown option."""
+
+
+class InvalidImageError(InvalidInputError):
+    """A file or array that is not a decodable image, or one too small or too large to use."""
+
+
+class NoFaceError(InvalidInputError):
+    """The probe image holds no detectable face."""
+
+
+class NoPalmError(InvalidInputError):
+    """The image holds no usable palm region (blank, flat, or not a palm ROI)."""
+
+
+class MultipleFacesError(InvalidInputError):
+    """The probe image holds several faces: the requester is ambiguous, so we refuse."""
+
+
+class ModelUnavailableError(BioMemError, RuntimeError):
+    """A model or weight file cannot be found locally and cannot be downloaded."""
+
+
+class UnknownModalityError(InvalidInputError, LookupError):
+    """No encoder of that name is registered (built-in, entry point or register())."""
+
+
+class UnknownEncoderError(UnknownModalityError, KeyError):
+    """The registry knows no encoder of that name; still a KeyError for code written against dict lookups."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class PluginError(BioMemError, TypeError):
+    """Something registered as an encoder (register() or an entry point) is not an Encoder subclass."""
