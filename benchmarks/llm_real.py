@@ -43,8 +43,8 @@ except ImportError:
     sys.path.insert(0, str(ROOT))
 
 from biomem import BioMemory, Probe
-from biomem.eval.locomo import CATEGORIES, Question, Turn, load_locomo, trim
-from biomem.eval.metrics import TEMPORAL, locomo_f1
+from biomem.eval.locomo import Question, Turn, load_locomo, trim
+from biomem.eval.metrics import CATEGORY_NAMES, TEMPORAL, locomo_f1
 from biomem.llamacpp import default_threads, model_name, serve_gguf
 from biomem.llm import LLM, make_llm, smollm2_gguf
 from biomem.textenc import TextEncoder
@@ -61,7 +61,7 @@ def log(message: str) -> None:
 def workload(path: Path, conversation: int, turns: int, questions: int) -> tuple[list[Turn], list[Question]]:
     """The first `turns` turns of one conversation and up to `questions` of its answerable questions."""
     talk = trim(load_locomo(path)[conversation], turns)
-    asked = [q for q in talk.questions if q.category in CATEGORIES][:questions]
+    asked = [q for q in talk.questions if q.category in CATEGORY_NAMES][:questions]
     return list(talk.turns), asked
 
 
