@@ -1046,10 +1046,10 @@ def build_app(memory: BioMemory | None = None, *, admin: bool | None = None) -> 
                                           value="samples", label="Scores from", scale=3,
                                           interactive=ui.admin)
                     cal_folder = gr.Textbox(label="Folder", scale=2, visible=ui.admin)
-                    cal_button = gr.Button("Compute histograms", variant="primary", scale=1,
+                    cal_button = gr.Button("Compute histograms and DET", variant="primary", scale=1,
                                            elem_id="bm-calibrate")
-                cal_plot = gr.Image(label="Genuine vs impostor scores, with τ", type="numpy", format="png",
-                                    interactive=False, elem_id="bm-cal-plot")
+                cal_plot = gr.Image(label="Genuine vs impostor scores and DET curve, with τ", type="numpy",
+                                    format="png", interactive=False, elem_id="bm-cal-plot")
                 cal_table = gr.Markdown(elem_id="bm-cal-table")
                 with gr.Row(visible=ui.admin):
                     store_intersection = gr.Button("Store τ (intersection, the paper's)")

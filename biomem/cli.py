@@ -98,7 +98,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     report = calibrate_folder(args.modality, args.data, pairs=args.pairs, fmr=args.fmr)
     print(report.table())
     if args.plot:
-        print(f"histograms: {report.plot(args.plot)}")
+        print(f"histograms and DET curve: {report.plot(args.plot)}")
     if args.save:
         with _memory(args) as mem:
             tau = save(report, mem, which=args.save, step_up=args.step_up)
@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="identity-per-folder image set (or the root of --pairs)")
     p.add_argument("--pairs", default=None, help="pairs file: 'path_a path_b 1|0' per line")
     p.add_argument("--fmr", type=float, default=1e-3, help="target false-match rate")
-    p.add_argument("--plot", default=None, help="write the score histograms to this PNG")
+    p.add_argument("--plot", default=None, help="write the score histograms and the DET curve to this PNG")
     p.add_argument("--save", choices=["intersection", "fmr"], default=None,
                    help="store τ by this rule for the modality in --db")
     p.add_argument("--step-up", action="store_true",

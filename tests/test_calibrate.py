@@ -124,6 +124,19 @@ def test_report_as_dict_table_and_plot(gaussian_report, tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_det_curve_holds_every_operating_point_and_trades_fmr_for_fnmr(gaussian_report):
+    report = gaussian_report
+    fmr, fnmr, taus = report.det_curve()
+    assert np.all(np.diff(taus) > 0) and np.all(np.diff(fmr) <= 0) and np.all(np.diff(fnmr) >= 0)
+    assert (fmr[0], fnmr[0]) == (1.0, 0.0)  # the lowest score as τ admits everyone
+    for point in (report.intersection, report.at_fmr):
+        # The curve's rates at the largest curve τ not above the point's τ equal the point's own errors.
+        at = np.searchsorted(taus, point.tau, side="right") - 1
+        assert fmr[at] == pytest.approx(np.mean(report.impostor_scores >= taus[at]))
+        assert fnmr[at] == pytest.approx(np.mean(report.genuine_scores < taus[at]))
+        assert fmr[at] >= point.fmr and fnmr[at] <= point.fnmr
+
+
 # ---- calibrate_folder with a colour "encoder" over generated images --------------------------------------
 
 
