@@ -204,6 +204,7 @@ class Store:
                 with self.transaction() as db:
                     self._create_schema()
                     db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+                    self._write_key_check(db)
         except sqlite3.DatabaseError as exc:
             raise StoreCorruptError(f"{self.path} is not a readable SQLite database ({exc}); "
                                     "it was left untouched") from exc
@@ -214,18 +215,18 @@ class Store:
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", [secrets.token_hex(16)])
 
     def _open_sealer(self, key: bytes | None) -> Sealer:
-        """The template sealer, checked against the stored check value (written for a new store)."""
+        """The template sealer, checked against the stored check value. A new store, or a version-1
+        one about to be sealed, gets its check value in the transaction that creates or migrates it,
+        so a failed migration leaves the file as it was."""
         tables = set(self.db.table_names())
         check = self.get_meta("key_check") if "meta" in tables else None
         sealer = Sealer(key if key is not None else load_key(create=check is None))
         if check is not None:
             sealer.verify(bytes.fromhex(check), b"key-check")
-        else:  # a new store, or a version-1 one about to be sealed
-            with self.transaction() as db:
-                db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-                db.execute("INSERT INTO meta VALUES ('key_check', ?)",
-                           [sealer.check_value(b"key-check").hex()])
         return sealer
+
+    def _write_key_check(self, db: sqlite_utils.Database) -> None:
+        db.execute("INSERT OR IGNORE INTO meta VALUES ('key_check', ?)", [self.sealer.check_value(b"key-check").hex()])
 
     def _migrate(self, version: int) -> None:
         """Upgrade in one transaction (foreign keys off while tables are rebuilt), then compact."""
@@ -237,6 +238,7 @@ class Store:
                 with self.transaction() as db:
                     migrate_1_to_2(db.conn, self._create_schema, self._seal_row)
                     db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+                    self._write_key_check(db)
             finally:
                 self.db.execute("PRAGMA foreign_keys=ON")
             self.db.execute("VACUUM")  # no plaintext template left in free pages

@@ -369,8 +369,7 @@ def test_a_version_1_file_that_cannot_migrate_keeps_every_row(tmp_path, text_enc
 
     def rows() -> dict:
         with sqlite3.connect(path) as conn:
-            return {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in tables} | \
-                {"version": conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()}
+            return {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in (*tables, "meta")}
     before = rows()
     with pytest.raises(BioMemError):
         BioMemory(path, text_model=text_encoder, encoder=face_encoder)
