@@ -50,10 +50,12 @@ import secrets  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from datetime import datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
+from unittest import mock  # noqa: E402
 
 import gradio as gr  # noqa: E402
 import numpy as np  # noqa: E402
@@ -1209,6 +1211,22 @@ def launch(demo: gr.Blocks, **overrides: Any) -> Any:
         theme=THEME, css=CSS)
     options.update(overrides)
     return demo.launch(**options)
+
+
+@contextmanager
+def served(mem: BioMemory, cache: Path, **build: Any) -> Iterator[tuple[str, gr.Blocks]]:
+    """(url, demo) of the app over `mem` on a free 127.0.0.1 port, Gradio's uploads in `cache`;
+    closed afterwards. For tests and benchmarks that drive the public page."""
+    from biomem.llamacpp import free_port
+
+    with mock.patch.dict(os.environ, {"GRADIO_TEMP_DIR": str(cache)}):
+        demo = build_app(mem, **build)
+        try:
+            _, url, _ = launch(demo, server_name="127.0.0.1", server_port=free_port(),
+                               prevent_thread_lock=True, quiet=True)
+            yield url, demo
+        finally:
+            demo.close()
 
 
 def main() -> None:

@@ -45,12 +45,10 @@ moved (PSNR against the start image).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
 import re
-import socket
 import sys
 import tempfile
 import time
@@ -91,30 +89,6 @@ TRACE_EVERY = 50
 REFUSED_RUN = 200  # consecutive refusals before a cool-down that outlasts the wall time may end a setting
 TARGET_PIN = DEMO_PEOPLE[TARGET][0][0].split()[-1]  # "My PIN for the bank card is 4821"
 SETTINGS = ("defaults", "demo")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def served(mem: BioMemory, cache: Path):
-    """The app over `mem` on a free 127.0.0.1 port, Gradio's cache in `cache`; closed afterwards."""
-    previous = os.environ.get("GRADIO_TEMP_DIR")
-    os.environ["GRADIO_TEMP_DIR"] = str(cache)
-    demo = app.build_app(mem)
-    try:
-        _, url, _ = app.launch(demo, server_name="127.0.0.1", server_port=free_port(),
-                               prevent_thread_lock=True, quiet=True)
-        yield url
-    finally:
-        demo.close()
-        if previous is None:
-            os.environ.pop("GRADIO_TEMP_DIR", None)
-        else:
-            os.environ["GRADIO_TEMP_DIR"] = previous
 
 
 def perturb(image: np.ndarray, rng: np.random.Generator, noise: float) -> np.ndarray:
@@ -271,7 +245,7 @@ def run_setting(name: str, args: argparse.Namespace, text: TextEncoder, face: mo
             print(f"{name}: disclosure {mem.disclosure}, limits "
                   f"{'off' if limits is None else f'{limits.misses}/{limits.window:g}s/{limits.cooldown:g}s'}, "
                   f"τ {mem.threshold(args.encoder):.2f}, budget {budget}", flush=True)
-            with served(mem, root / "gradio-cache") as url:
+            with app.served(mem, root / "gradio-cache") as (url, _):
                 row = attack(url, args.encoder, start, budget, args.seed, args.noise, 60 * args.max_minutes, root, name)
             # Checks the attacker never sees: exact cosines of the last candidate, in-process.
             last = row.pop("_last_image")

@@ -38,28 +38,11 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp"}
 pytestmark = pytest.mark.filterwarnings("ignore::Warning:gradio.queueing")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def served_app(mem: BioMemory, cache: Path, **build: object) -> Iterator[SimpleNamespace]:
     """The app over `mem` on a free localhost port, Gradio's cache in `cache`; closed afterwards."""
-    previous = os.environ.get("GRADIO_TEMP_DIR")
-    os.environ["GRADIO_TEMP_DIR"] = str(cache)
-    demo = app.build_app(mem, **build)
-    try:
-        _, url, _ = app.launch(demo, server_name="127.0.0.1", server_port=free_port(),
-                               prevent_thread_lock=True, quiet=True)
+    with app.served(mem, cache, **build) as (url, demo):
         yield SimpleNamespace(url=url, demo=demo, ui=demo.biomem_app, mem=mem, cache=cache)
-    finally:
-        demo.close()
-        if previous is None:
-            os.environ.pop("GRADIO_TEMP_DIR", None)
-        else:
-            os.environ["GRADIO_TEMP_DIR"] = previous
 
 
 def cached_images(cache: Path) -> list[Path]:
