@@ -252,9 +252,10 @@ def _build(entry: Path, fields: dict[str, Any], conversations: Sequence[Conversa
 class MemoTextEncoder(TextEncoder):
     """A loaded TextEncoder that embeds each distinct string once per run.
 
-    Each question is asked three times (owner, non-owner, ungated) and the offline answerer
-    re-embeds the sentences of every retrieved note: memoised, the answering phase costs
-    about one pass over the distinct questions and retrieved sentences.
+    Each question is asked three times (owner, non-owner, ungated), and the offline answerer's
+    own sentence cache is bounded (4,096) while a run reads sentences of all 5,882 notes:
+    memoised, the answering phase costs about one pass over the distinct questions and
+    retrieved sentences.
     """
 
     def __init__(self, inner: TextEncoder) -> None:
