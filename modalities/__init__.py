@@ -1,13 +1,24 @@
 """Registry of biometric encoders, in timm's manner.
 
-    modalities.available()          # EncoderInfo of built-ins, entry-point plugins, register()ed
-    modalities.info("face-dlib")    # metadata without loading weights
-    modalities.create("face-dlib")  # an Encoder, weights loaded
+    modalities.names()                      # every registered name: built-ins, entry-point plugins, register()ed
+    modalities.available()                  # EncoderInfo of each
+    modalities.info("face-dlib")            # metadata without loading weights
+    modalities.availability("face-arcface") # Availability(name, ready, reason, source), nothing loaded
+    modalities.availability_all()           # Availability of each, never raising: what a UI may offer
+    modalities.create("face-dlib")          # an Encoder, weights loaded
 
 Third-party encoders join through the entry-point group `biomem.modalities` (the entry
 point names an `Encoder` subclass) or by calling `register(EncoderClass)`. An unknown name
 raises UnknownEncoderError, anything else registered as an encoder PluginError (typed
 errors that are also a KeyError and a TypeError).
+
+Availability is each class's `Encoder.availability()`: file look-ups and find_spec only, no
+weights loaded and no torch, onnxruntime, dlib or huggingface_hub imported (10-30 ms here once
+the encoder modules are imported; pinned files are hashed once per process). An encoder whose
+weights come from the Hub and are not cached is ready only when HF_HUB_OFFLINE is unset and the
+Hub answers a TCP connection (checked in at most 1 s, remembered 5 min), so an offline machine
+hides it and a Space with internet offers it. A plugin that fails to import is reported not
+ready with the error, not raised.
 """
 
 from __future__ import annotations
@@ -16,8 +27,8 @@ import importlib
 from importlib.metadata import entry_points
 from typing import Any
 
-from .base import Encoder, EncoderInfo, l2_normalise
-from .errors import PluginError, UnknownEncoderError
+from .base import Availability, Encoder, EncoderInfo, l2_normalise
+from .errors import PluginError, UnknownEncoderError, describe
 
 ENTRY_POINT_GROUP = "biomem.modalities"
 
@@ -78,6 +89,26 @@ def available() -> list[EncoderInfo]:
     return [info(n) for n in names()]
 
 
+def availability(name: str) -> Availability:
+    """Whether encoder `name` can be created here, without loading weights; a plugin that fails to
+    import or to check is not ready, with the error as the reason. Unknown names raise UnknownEncoderError."""
+    if name not in names():
+        raise UnknownEncoderError(f"unknown encoder {name!r}; available: {', '.join(names())}")
+    return _availability(name)
+
+
+def availability_all() -> list[Availability]:
+    """Availability of every known encoder, sorted by name; never raises."""
+    return [_availability(n) for n in names()]
+
+
+def _availability(name: str) -> Availability:
+    try:
+        return _resolve(name).availability()
+    except Exception as exc:  # a plugin's import or check may raise anything
+        return Availability(name, False, f"cannot load the encoder: {describe(exc)}")
+
+
 def create(name: str, **kwargs: Any) -> Encoder:
     """Instantiate encoder `name` (this loads its weights)."""
     return _resolve(name)(**kwargs)
@@ -85,8 +116,11 @@ def create(name: str, **kwargs: Any) -> Encoder:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "Availability",
     "Encoder",
     "EncoderInfo",
+    "availability",
+    "availability_all",
     "available",
     "create",
     "info",

@@ -18,6 +18,7 @@ it torch. It happens when an encoder is created, never when this module is impor
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 import warnings
@@ -30,9 +31,9 @@ import numpy as np
 
 from .errors import InvalidInputError, ModelUnavailableError, MultipleFacesError, NoFaceError
 
-from .base import Encoder, EncoderInfo, l2_normalise
+from .base import Availability, Encoder, EncoderInfo, l2_normalise
 from .images import load_image
-from .weights import resolve
+from .weights import hub_blocked, locate, resolve, weights_dir
 
 DET_SIZE = (640, 640)  # largest SCRFD input (width, height); a larger image is letterboxed down into it
 EMBEDDING_DIM = 512
@@ -144,6 +145,41 @@ class ArcFaceEncoder(Encoder):
         self.paths = tuple(paths)
         # insightface's detector keeps a mutable anchor cache: one call at a time per instance.
         self._lock = threading.Lock()
+
+    @classmethod
+    def availability(cls) -> Availability:
+        """Ready when insightface and onnxruntime are installed and a default source's two files are on this
+        machine (sha256-checked), or can come from the Hub now; the files are sought as create() seeks them."""
+        name = cls.info.name
+        missing = [module for module in ("insightface", "onnxruntime") if importlib.util.find_spec(module) is None]
+        if missing:
+            return Availability(name, False, f"{' and '.join(missing)} not installed: "
+                                "pip install insightface==0.7.3 onnxruntime", cls.info.weights)
+        problems = []
+        for source, pack_name in cls.sources:
+            files = _pack(pack_name, cls.recogniser_file, name)
+            try:
+                paths = [locate(source, file, sha256=files.sha256.get(file)) for file in (files.detector, files.recogniser)]
+            except ModelUnavailableError as exc:  # a file found that is not the release
+                problems.append(str(exc))
+            else:
+                if None not in paths:
+                    return Availability(name, True, f"{pack_name} weights found in {paths[1].parent}", source)
+        hub = next(((source, pack) for source, pack in cls.sources if source.startswith("hf-hub:")), None)
+        blocked = hub_blocked() if hub else "no default source is on the Hub"
+        if hub and not blocked:
+            return Availability(name, True, f"{hub[1]} weights download from the Hugging Face Hub "
+                                f"({hub[0].removeprefix('hf-hub:')}) on first use", hub[0])
+        places = [f"the weights folder ({weights_dir()})"]
+        for source, _ in cls.sources:
+            if source.startswith("pkg:"):
+                places.append(f"the pip package {source.removeprefix('pkg:').split('/')[0]}")
+            elif source.startswith("hf-hub:"):
+                places.append("the Hugging Face cache")
+        pack = PACKS[cls.sources[-1][1]]
+        problems.append(f"not downloaded: {pack.detector} and {pack.recogniser} are not in {' or '.join(places)}, "
+                        f"and {blocked}; place them in {weights_dir()}")
+        return Availability(name, False, "; ".join(problems), cls.info.weights)
 
     def encode(self, image: Any) -> np.ndarray:
         """Embed the single face in `image`; NoFaceError or MultipleFacesError otherwise."""

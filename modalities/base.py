@@ -27,14 +27,35 @@ class EncoderInfo:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Availability:
+    """Whether an encoder can be created here now, found without loading its weights or downloading anything.
+
+    `ready` means create() is expected to succeed: the weights are on this machine, or they come from
+    the Hugging Face Hub, HF_HUB_OFFLINE is not set and the Hub answers a TCP connection (then
+    create() downloads them first, and `reason` says so). Not ready: `reason` says what is missing.
+    """
+
+    name: str
+    ready: bool
+    reason: str  # one line for people: where the weights are, or what is missing and how to fix it
+    source: str = ""  # the weight source create() uses or would download from, as in EncoderInfo.weights
+
+
 class Encoder(ABC):
     """A biometric encoder: image in, L2-normalised 1-d float32 embedding out.
 
     Subclasses set the class attribute `info` and load weights in `__init__`, so the
-    registry can list them without loading anything.
+    registry can list them without loading anything; those with weights override the
+    classmethod `availability` to say, as cheaply, whether `__init__` would find them.
     """
 
     info: EncoderInfo
+
+    @classmethod
+    def availability(cls) -> Availability:
+        """Whether create() can load this encoder here, checked cheaply; ready unless a subclass checks its weights."""
+        return Availability(cls.info.name, True, "ready (the encoder declares no weights to check)", cls.info.weights)
 
     @abstractmethod
     def encode(self, image: Any) -> np.ndarray:

@@ -14,6 +14,7 @@ weights/ccnet.pth, or set BIOMEM_CCNET_WEIGHTS, or pass `weights=`.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 from pathlib import Path
@@ -23,9 +24,9 @@ import numpy as np
 
 from .errors import ModelUnavailableError
 
-from .base import Encoder, EncoderInfo, l2_normalise
+from .base import Availability, Encoder, EncoderInfo, l2_normalise
 from .palm import palm_roi
-from .weights import resolve, weights_dir
+from .weights import hub_blocked, locate, resolve, weights_dir
 
 EMBEDDING_DIM = 2048  # fc1, the matching feature
 CHECKPOINT_FILE = "ccnet.pth"
@@ -42,15 +43,20 @@ def checkpoint_path(source: str | None = None, cache_dir: str | os.PathLike | No
     """Local path of the checkpoint `source` names (default: default_weights()); a `local-dir:`
     folder or a bare `hf-hub:org/repo` means its ccnet.pth. The error says how to place one."""
     source = source or default_weights()
-    bare_repo = source.startswith("hf-hub:") and source.removeprefix("hf-hub:").strip("/").count("/") == 1
-    filename = CHECKPOINT_FILE if source.startswith("local-dir:") or bare_repo else None
     try:
-        return resolve(source, filename, cache_dir=cache_dir)
+        return resolve(source, _checkpoint_file(source), cache_dir=cache_dir)
     except ModelUnavailableError as exc:
         raise ModelUnavailableError(
             f"{exc}. No official Hub repo hosts CCNet weights: download the authors' checkpoint (Tongji or IITD, "
             f"{SOURCE_URL}) and save it as {weights_dir() / CHECKPOINT_FILE}, or set {WEIGHTS_ENV}="
             "/path/to/net_params_best.pth, or pass weights=") from exc
+
+
+def _checkpoint_file(source: str) -> str | None:
+    """The file name to look for inside `source`: ccnet.pth for a `local-dir:` folder or a bare `hf-hub:org/repo`."""
+    bare_repo = source.startswith("hf-hub:") and source.removeprefix("hf-hub:").strip("/").count("/") == 1
+    return CHECKPOINT_FILE if source.startswith("local-dir:") or bare_repo else None
+
 
 class CCNetEncoder(Encoder):
     """Palm encoder on the authors' CCNet checkpoint; 2048-d, CPU or GPU, no network, thread-safe."""
@@ -76,6 +82,23 @@ class CCNetEncoder(Encoder):
             "grayscale palm ROI; refuses blank or flat images"
         ),
     )
+
+    @classmethod
+    def availability(cls) -> Availability:
+        """Ready when torch is installed and the default checkpoint (default_weights()) is on this machine,
+        or is an `hf-hub:` file that can be downloaded now; the checkpoint is not read."""
+        source = default_weights()
+        if importlib.util.find_spec("torch") is None:
+            return Availability(cls.info.name, False, "torch is not installed: pip install torch", source)
+        found = locate(source, _checkpoint_file(source))
+        if found is not None:
+            return Availability(cls.info.name, True, f"checkpoint found at {found}", source)
+        blocked = hub_blocked() if source.startswith("hf-hub:") else "no Hub repo hosts it"
+        if not blocked:
+            return Availability(cls.info.name, True, f"checkpoint downloads from the Hugging Face Hub ({source}) "
+                                "on first use", source)
+        return Availability(cls.info.name, False, f"no CCNet checkpoint at {source} ({blocked}): save the authors' "
+                            f"(Tongji or IITD, {SOURCE_URL}) there, or set {WEIGHTS_ENV}", source)
 
     def __init__(self, weights: str | None = None, *, num_classes: int | None = None, device: str = "cpu",
                  cache_dir: str | os.PathLike | None = None) -> None:

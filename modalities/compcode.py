@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 from scipy import fft
 
-from .base import Encoder, EncoderInfo, l2_normalise
+from .base import Availability, Encoder, EncoderInfo, l2_normalise
 from .palm import ROI_SIZE, palm_roi
 
 ORIENTATIONS = 6
@@ -89,6 +89,11 @@ class CompCodeEncoder(Encoder):
             "3-bit code as +-1, Gaussian-pooled on a 16x16 grid; refuses blank or flat images"
         ),
     )
+
+    @classmethod
+    def availability(cls) -> Availability:
+        """Always ready: no weights, and its dependencies (numpy, scipy, Pillow) were imported with this module."""
+        return Availability(cls.info.name, True, "ready: training-free, no weights to load", cls.info.weights)
 
     def __init__(self) -> None:
         """Precompute the Gabor bank's spectrum for 128x128 ROIs padded by half a filter."""

@@ -43,3 +43,9 @@ class UnknownEncoderError(UnknownModalityError, KeyError):
 
 class PluginError(BioMemError, TypeError):
     """Something registered as an encoder (register() or an entry point) is not an Encoder subclass."""
+
+
+def describe(exc: BaseException) -> str:
+    """One line for people naming an exception: `ExceptionClass: first line of its message`."""
+    lines = str(exc).strip().splitlines()
+    return f"{exc.__class__.__name__}: {lines[0]}" if lines else exc.__class__.__name__

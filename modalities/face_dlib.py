@@ -18,7 +18,7 @@ from PIL import Image
 
 from .errors import ModelUnavailableError, MultipleFacesError, NoFaceError
 
-from .base import Encoder, EncoderInfo, l2_normalise
+from .base import Availability, Encoder, EncoderInfo, l2_normalise
 from .images import load_image
 
 SHAPE_PREDICTOR_FILE = "shape_predictor_5_face_landmarks.dat"
@@ -79,6 +79,19 @@ class DlibFaceEncoder(Encoder):
         self.max_detect_side = max_detect_side
         # dlib's detector and network keep scratch buffers: one call at a time per instance.
         self._lock = threading.Lock()
+
+    @classmethod
+    def availability(cls) -> Availability:
+        """Ready when dlib is installed and face-recognition-models holds both model files (neither imported)."""
+        if importlib.util.find_spec("dlib") is None:
+            return Availability(cls.info.name, False, "dlib is not installed: pip install dlib-bin", cls.info.weights)
+        try:
+            directory = default_models_dir()
+            for name in (SHAPE_PREDICTOR_FILE, DESCRIPTOR_FILE):
+                _model_file(directory, name)
+        except ModelUnavailableError as exc:
+            return Availability(cls.info.name, False, str(exc), cls.info.weights)
+        return Availability(cls.info.name, True, f"dlib models found in {directory}", cls.info.weights)
 
     def encode(self, image: Any) -> np.ndarray:
         """Embed the single face in `image`; NoFaceError or MultipleFacesError otherwise."""

@@ -143,3 +143,47 @@ def test_available_lists_builtins_without_importing_dlib():
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_plugin_without_an_availability_check_is_ready(plugin_path, clean_registry):
+    install_plugin(plugin_path, "bm_plugin_demo", "other-demo = bm_plugin_demo:DemoEncoder")
+
+    @modalities.register
+    class MineEncoder(Encoder):
+        info = EncoderInfo("other-mine", "other", 2, 0.9, "made up by the test", "none", "MIT")
+
+        def encode(self, image):
+            return l2_normalise(np.array([3.0, 4.0]))
+
+    for name in ("other-demo", "other-mine"):
+        found = modalities.availability(name)
+        assert (found.name, found.ready, found.source) == (name, True, "none")
+    assert {"other-demo", "other-mine"} <= {a.name for a in modalities.availability_all() if a.ready}
+
+
+def test_plugins_that_cannot_load_or_check_are_not_ready_instead_of_raising(plugin_path, clean_registry):
+    install_plugin(plugin_path, "bm_plugin_broken", "\n".join([
+        "other-gone = bm_plugin_nowhere:Encoder",  # its module is not installed
+        "other-broken = bm_plugin_broken:NotAnEncoder",
+    ]))
+
+    @modalities.register
+    class FaultyEncoder(Encoder):
+        info = EncoderInfo("other-faulty", "other", 2, 0.9, "made up by the test", "none", "MIT")
+
+        @classmethod
+        def availability(cls):
+            raise RuntimeError("the check itself failed\nsecond line")
+
+        def encode(self, image):
+            return l2_normalise(np.array([3.0, 4.0]))
+
+    found = {a.name: a for a in modalities.availability_all()}  # does not raise
+    assert not found["other-gone"].ready
+    assert found["other-gone"].reason == ("cannot load the encoder: ModuleNotFoundError: "
+                                          "No module named 'bm_plugin_nowhere'")
+    assert not found["other-broken"].ready and "PluginError" in found["other-broken"].reason
+    assert found["other-faulty"].reason == "cannot load the encoder: RuntimeError: the check itself failed"
+    assert found["face-dlib"].ready  # the others are unaffected
+    with pytest.raises(UnknownEncoderError):
+        modalities.availability("face-nope")
