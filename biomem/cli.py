@@ -9,8 +9,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -19,12 +19,13 @@ from typing import Any
 
 from .errors import BioMemError
 from .eval import add_eval_parser
+from .settings import Settings, memory_from_settings
 
 
 def _memory(args: argparse.Namespace):  # noqa: ANN202 - BioMemory, imported lazily (torch is slow)
-    from .memory import BioMemory
-
-    return BioMemory(args.db, encoder=args.encoder, llm=args.llm, policy=args.policy)
+    """The BioMemory of the settings, with --db, --encoder, --llm and --policy over them."""
+    return memory_from_settings(dataclasses.replace(args.settings, db=args.db, encoder=args.encoder,
+                                                    llm=args.llm, policy=args.policy))
 
 
 def _print_json(data: Any) -> None:
@@ -69,10 +70,10 @@ def cmd_forget(args: argparse.Namespace) -> None:
 
 def cmd_rekey(args: argparse.Namespace) -> None:
     """Re-seal every template under a new key, then write that key where the old one was read."""
-    from .sealing import encode_key, key_file, new_key, write_key
+    from .sealing import encode_key, new_key, write_key
 
     key = new_key()
-    target = Path(args.key_file).expanduser() if args.key_file else key_file()
+    target = Path(args.key_file).expanduser() if args.key_file else args.settings.key_file
     partial = target.with_name(target.name + ".new")
     write_key(partial, key)  # kept beside the old key until the database holds the new seal
     try:
@@ -83,7 +84,7 @@ def cmd_rekey(args: argparse.Namespace) -> None:
         raise
     partial.replace(target)
     print(f"re-sealed every template of {args.db} under a new key, written to {target}")
-    if os.environ.get("BIOMEM_KEY"):
+    if args.settings.key:
         print(f"BIOMEM_KEY is set: replace its value with the new key ({encode_key(key)[:4]}…) from {target}")
 
 
@@ -127,13 +128,16 @@ def cmd_demo(args: argparse.Namespace) -> None:
     run_demo(args.db)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(settings: Settings) -> argparse.ArgumentParser:
+    """The `biomem` command line; the global options default to `settings`."""
     parser = argparse.ArgumentParser(prog="biomem", description=__doc__.splitlines()[0])
-    parser.add_argument("--db", default=os.environ.get("BIOMEM_DB", "biomem.db"),
-                        help="database file (default $BIOMEM_DB or ./biomem.db)")
-    parser.add_argument("--encoder", default=None, help="default biometric encoder of a new store")
-    parser.add_argument("--llm", default=None, help="offline | openai:<model> | hf:<model-id>")
-    parser.add_argument("--policy", default="best", choices=["best", "all"], help="gate policy")
+    parser.add_argument("--db", default=settings.db, help="database file (default $BIOMEM_DB or ./biomem.db)")
+    parser.add_argument("--encoder", default=settings.encoder,
+                        help="default biometric encoder of a new store (default $BIOMEM_ENCODER)")
+    parser.add_argument("--llm", default=settings.llm,
+                        help="offline | openai:<model> | hf:<model-id> (default $BIOMEM_LLM or offline)")
+    parser.add_argument("--policy", default=settings.policy, choices=["best", "all"],
+                        help="gate policy (default $BIOMEM_POLICY or best)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("enroll", help="create an identity from one or more images")
@@ -196,7 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `biomem` console script; typed errors become one line and exit 2."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except BioMemError as exc:
+        return _failed(exc)
+    args = build_parser(settings).parse_args(argv)
+    args.settings = settings
     args.command_line = shlex.join(["biomem", *argv])  # recorded by runs such as `biomem eval locomo`
     from transformers.utils import logging as transformers_logging
 
@@ -204,9 +213,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args.func(args)
     except BioMemError as exc:
-        print(f"biomem: {exc.__class__.__name__}: {exc}", file=sys.stderr)
-        return 2
+        return _failed(exc)
     return 0
+
+
+def _failed(exc: BioMemError) -> int:
+    print(f"biomem: {exc.__class__.__name__}: {exc}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -50,6 +50,14 @@ def kept_out_view(gate: GateResult, summary: dict[int, tuple[int, str]], people:
     return view
 
 
+def people_view(people: list[Identity], summary: dict[int, tuple[int, str]], mode: str) -> list[dict[str, Any]] | None:
+    """Who is in the store, as anyone may see it: each sample person's label and note count
+    under "demo"; nothing under "private"."""
+    if mode != "demo":
+        return None
+    return [{"label": p.label, "notes": summary.get(p.id, (0, ""))[0]} for p in people if p.sample]
+
+
 def note_view(note: Any, score: float | None = None) -> dict[str, Any]:
     """One of the requester's own notes, with its rounded retrieval score."""
     data = note.as_dict()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict, deque
@@ -49,16 +48,25 @@ class AttemptLimits:
             raise InvalidInputError(f"attempt limits are 'off' or 'MISSES/WINDOW[/COOLDOWN]', got {text!r}") from None
         return cls(int(parts[0]), parts[1], *(parts[2:] or [cls.cooldown]))
 
-    @classmethod
-    def from_env(cls) -> AttemptLimits | None:
-        return cls.parse(os.environ["BIOMEM_ATTEMPTS"]) if os.environ.get("BIOMEM_ATTEMPTS") else cls()
-
 
 @dataclass
 class _Client:
     misses: deque = field(default_factory=deque)
     until: float = 0.0  # refused until this time
     strikes: int = 0  # cool-downs earned so far
+
+
+def client_keys(session: str | None, address: str | None, forwarded_for: str | None = None, *,
+                trust_proxy: bool = False) -> list[str]:
+    """A requester's keys for attempt limits: its session and its address.
+
+    Behind a proxy (`trust_proxy`) the address is the last hop the proxy appended to
+    X-Forwarded-For; a client-supplied left part is never trusted.
+    """
+    if trust_proxy:
+        hops = [h.strip() for h in (forwarded_for or "").split(",") if h.strip()]
+        address = hops[-1] if hops else address
+    return [*([f"session:{session}"] if session else []), f"address:{address or ''}"]
 
 
 def client_tag(key: str) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -35,7 +34,8 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from modalities.weights import package_dirs
 
-from .errors import InvalidInputError, LLMError, ModelUnavailableError
+from .errors import LLMError, ModelUnavailableError
+from .settings import Settings, llm_spec
 from .store import Note
 from .textenc import TextEncoder
 
@@ -543,7 +543,8 @@ class ChatLLM(LLM):
 
 
 class OpenAIChat(ChatLLM):
-    """Any OpenAI-compatible chat endpoint (OpenAI, vLLM, Ollama, llama.cpp, HF router)."""
+    """Any OpenAI-compatible chat endpoint (OpenAI, vLLM, Ollama, llama.cpp, HF router); `base_url`
+    and `api_key` default to OPENAI_BASE_URL and OPENAI_API_KEY (biomem.settings)."""
 
     def __init__(self, model: str, fallback: OfflineLLM, *, base_url: str | None = None,
                  api_key: str | None = None, timeout: float = 60.0) -> None:
@@ -552,8 +553,11 @@ class OpenAIChat(ChatLLM):
         super().__init__(fallback)
         self.name = f"openai:{model}"
         self.model = model
-        self.client = OpenAI(base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
-                             api_key=api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
+        if base_url is None or api_key is None:
+            configured = Settings.from_env()
+            base_url = base_url or configured.openai_base_url
+            api_key = api_key or configured.openai_api_key
+        self.client = OpenAI(base_url=base_url, api_key=api_key or "not-needed",
                              timeout=timeout, max_retries=1)
 
     def complete(self, prompt: str, max_tokens: int = 512, schema: dict[str, Any] | None = None,
@@ -620,20 +624,19 @@ class HFChat(ChatLLM):
         return self.tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
 
 
-def make_llm(spec: str | LLM | None, text_encoder: TextEncoder) -> LLM:
-    """An LLM from "offline", "openai:<model>" or "hf:<model-id>" (default: $BIOMEM_LLM or offline)."""
+def make_llm(spec: str | LLM | None, text_encoder: TextEncoder, settings: Settings | None = None) -> LLM:
+    """An LLM from "offline", "openai:<model>" or "hf:<model-id>" (default: BIOMEM_LLM of `settings`,
+    else of the environment, which also give the openai: endpoint and key)."""
     if isinstance(spec, LLM):
         return spec
-    spec = spec or os.environ.get("BIOMEM_LLM") or "offline"
+    kind, model = llm_spec(spec or (settings or Settings.from_env()).llm)
     offline = OfflineLLM(text_encoder)
-    kind, _, model = spec.partition(":")
-    if kind == "offline" and not model:
-        return offline
-    if kind == "openai" and model:
-        return OpenAIChat(model, offline)
-    if kind == "hf" and model:
+    if kind == "openai":
+        endpoint = {} if settings is None else {"base_url": settings.openai_base_url, "api_key": settings.openai_api_key}
+        return OpenAIChat(model, offline, **endpoint)
+    if kind == "hf":
         return HFChat(model, offline)
-    raise InvalidInputError(f"unknown LLM {spec!r}: use offline, openai:<model> or hf:<model-id>")
+    return offline
 
 
 def smollm2_gguf() -> Path:

@@ -21,7 +21,7 @@ import numpy as np
 import modalities
 
 from .agent import MemoryAgent
-from .disclosure import DISCLOSURES, gate_view, kept_out_view, linked_view, note_view
+from .disclosure import DISCLOSURES, gate_view, kept_out_view, linked_view, note_view, people_view
 from .enrolment import check_captures_fit, check_not_enrolled, check_one_person
 from .errors import (
     DisclosureError,
@@ -36,6 +36,7 @@ from .gate import FUSIONS, POLICIES, Gate, GateResult, Probe, fuse
 from .limits import AttemptLimiter, AttemptLimits
 from .llm import LLM, answer_prompt, make_llm
 from .partitions import Partitions
+from .settings import Settings
 from .store import Identity, Note, Store, check_id
 from .textenc import TextEncoder
 from .timeparse import parse_timestamp
@@ -117,17 +118,19 @@ class BioMemory:
 
     path: the database file; derived indexes live in `<path>.index/`.
     encoder: default biometric modality (registry name, or a ready Encoder instance to reuse);
-        stored in the DB on creation.
-    text_model: sentence encoder (default all-MiniLM-L6-v2, offline first).
-    llm: "offline" (default), "openai:<model>", "hf:<model-id>" or an LLM instance.
+        stored in the DB on creation (default: the stored one, else $BIOMEM_ENCODER, else face-arcface-s).
+    text_model: sentence encoder (default $BIOMEM_TEXT_MODEL or all-MiniLM-L6-v2, offline first).
+    llm: "offline" (default, or $BIOMEM_LLM), "openai:<model>", "hf:<model-id>" or an LLM instance.
     policy: "best" admits only the best-matching identity; "all" every identity at or above τ.
     fusion: how a probe carrying several modalities is judged: "all" must match (default),
         "any" suffices, or "sum" of the margins above each τ.
-    disclosure: "private" (default, $BIOMEM_DISCLOSURE) or "demo" (see biomem.disclosure);
-        "demo" on a store with real enrolments needs force_disclosure=True.
+    disclosure: "private" or "demo" (see biomem.disclosure; default $BIOMEM_DISCLOSURE, else "private",
+        "demo" on a Space); "demo" on a store with real enrolments needs force_disclosure=True.
     limits: attempt limits per client (default $BIOMEM_ATTEMPTS or 20 misses per 10 minutes),
         "off" for none; they apply to calls that pass client=.
     key: the 32-byte template key (default $BIOMEM_KEY or the key file, see biomem.sealing).
+    settings: where the $-defaults above come from (biomem.settings); default Settings.from_env(),
+        read once here. Explicit arguments win over it.
 
     Calls keyed by a probe are the requester's surface (the UI and API use only these);
     calls keyed by identity= (add, add_many, add_templates without probe, forget) are the
@@ -140,26 +143,27 @@ class BioMemory:
                  policy: str = "best", fusion: str = "all", k: int = 10,
                  hnsw_threshold: int = 20_000, disclosure: str | None = None,
                  force_disclosure: bool = False, limits: AttemptLimits | str | None = None,
-                 key: bytes | None = None) -> None:
+                 key: bytes | None = None, settings: Settings | None = None) -> None:
         if policy not in POLICIES:
             raise InvalidInputError(f"policy must be one of {POLICIES}, got {policy!r}")
         if fusion not in FUSIONS:
             raise InvalidInputError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+        settings = settings or Settings.from_env()
         self.fusion = fusion
         self.path = Path(path)
-        self.store = Store(self.path, key=key)
-        self.disclosure = self._check_disclosure(disclosure or os.environ.get("BIOMEM_DISCLOSURE") or "private",
-                                                 force_disclosure)
+        self.store = Store(self.path, key=key, settings=settings)
+        self.disclosure = self._check_disclosure(disclosure or settings.disclosure, force_disclosure)
         self.limiter = AttemptLimiter(AttemptLimits.parse(limits) if isinstance(limits, str)
-                                      else limits if limits is not None else AttemptLimits.from_env())
-        self.text = text_model if isinstance(text_model, TextEncoder) else TextEncoder(text_model)
+                                      else limits if limits is not None else settings.attempts)
+        self.text = (text_model if isinstance(text_model, TextEncoder)
+                     else TextEncoder(text_model or settings.text_model))
         self._check_text_model()
         self._encoders = _Probes()
         if isinstance(encoder, modalities.Encoder):
             self._encoders.encoders[encoder.name] = encoder
             encoder = encoder.name
         stored_encoder = self.store.get_meta("default_modality")
-        self.modality = encoder or stored_encoder or os.environ.get("BIOMEM_ENCODER") or DEFAULT_ENCODER
+        self.modality = encoder or stored_encoder or settings.encoder or DEFAULT_ENCODER
         if stored_encoder is None and (self.modality in self._encoders.encoders
                                        or self.modality in modalities.names()):
             # A misspelt --encoder must not become the store's encoder for good; an unregistered
@@ -170,7 +174,7 @@ class BioMemory:
         self.gate = Gate(self.store)
         self.partitions = Partitions(self.store, self.path.with_name(self.path.name + ".index"),
                                      self.text.dim, hnsw_threshold=hnsw_threshold)
-        self.llm = make_llm(llm, self.text)
+        self.llm = make_llm(llm, self.text, settings)
         self.agent = MemoryAgent(self.store, self.partitions, self.text, self.llm)
         self._enrolling = threading.Lock()  # check-then-insert of enrolments is one step
 
@@ -550,6 +554,26 @@ class BioMemory:
         unless it was deleted with keep_history=True."""
         note_id = check_id(note_id)
         return self.store.history(self._owner(probe, client), note_id)
+
+    def overview(self) -> dict[str, Any]:
+        """Public view of the store: totals, the default encoder and its τ, the LLM and policy, and
+        (under the "demo" disclosure only) the sample people with their note counts."""
+        people = self.store.identities()
+        return {"people": len(people), "notes": self.store.note_total(), "modality": self.modality,
+                "threshold": self.threshold(), "llm": self.llm.name, "policy": self.policy,
+                "samples": people_view(people, self.store.note_summary(), self.disclosure)}
+
+    def other_kind(self, modality: str | None = None) -> str | None:
+        """A modality enrolled in this store of another kind than `modality` (a face's palm, say):
+        the encoder of a second step-up probe; None when nobody enrolled one."""
+        kind = self._encoders.info(modality or self.modality).kind
+        return next((m for m in self.store.modalities() if self._kind(m) not in (kind, None)), None)
+
+    def _kind(self, modality: str) -> str | None:
+        try:
+            return self._encoders.info(modality).kind
+        except UnknownModalityError:  # precomputed probes of an unregistered modality
+            return None
 
     def stats(self) -> dict[str, Any]:
         """Operator view: counts, identities with their note counts, modalities and thresholds."""

@@ -2,8 +2,9 @@
 
 Every biometric template is stored as AES-256-GCM ciphertext under a key kept outside the
 database: `BIOMEM_KEY` (32 bytes, URL-safe base64), or a key file created on first use at
-`BIOMEM_KEY_FILE` / `$XDG_CONFIG_HOME/biomem/key` (mode 0600). A copied database without
-its key yields no template; `rekey` re-seals under a new key (renewability).
+`BIOMEM_KEY_FILE` / `$XDG_CONFIG_HOME/biomem/key` (mode 0600), both read by biomem.settings.
+A copied database without its key yields no template; `rekey` re-seals under a new key
+(renewability).
 """
 
 from __future__ import annotations
@@ -19,19 +20,11 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .errors import KeyUnavailableError
+from .settings import Settings
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
 _CHECK = b"biomem key check v1"
-
-
-def key_file() -> Path:
-    """Where the key file lives: $BIOMEM_KEY_FILE, else the user's config directory."""
-    explicit = os.environ.get("BIOMEM_KEY_FILE")
-    if explicit:
-        return Path(explicit).expanduser()
-    config = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
-    return Path(config) / "biomem" / "key"
 
 
 def new_key() -> bytes:
@@ -66,12 +59,13 @@ def write_key(path: Path, key: bytes) -> None:
     os.replace(partial, path)
 
 
-def load_key(*, create: bool) -> bytes:
-    """The configured key: $BIOMEM_KEY, else the key file (created when `create` and absent)."""
-    env = os.environ.get("BIOMEM_KEY")
-    if env:
-        return decode_key(env, "BIOMEM_KEY")
-    path = key_file()
+def load_key(*, create: bool, settings: Settings | None = None) -> bytes:
+    """The configured key (default settings: the environment's): BIOMEM_KEY, else the key file,
+    created when `create` and absent."""
+    settings = settings or Settings.from_env()
+    if settings.key:
+        return decode_key(settings.key, "BIOMEM_KEY")
+    path = settings.key_file
     if path.exists():
         return decode_key(path.read_text(), str(path))
     if not create:

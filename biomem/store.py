@@ -33,6 +33,7 @@ from .errors import (
 )
 from .migrations import migrate_1_to_2
 from .sealing import Sealer, load_key
+from .settings import Settings
 
 log = logging.getLogger(__name__)
 SCHEMA_VERSION = 2
@@ -175,11 +176,12 @@ class Note:
 class Store:
     """Typed access to the SQLite file; every public method is atomic and thread-safe.
 
-    key: the 32-byte key that seals templates (default: $BIOMEM_KEY or the key file, see
+    key: the 32-byte key that seals templates (default: `settings`' BIOMEM_KEY or key file, see
     biomem.sealing); a store whose templates were sealed under another key does not open.
+    settings: where that default key is found (default: Settings.from_env()).
     """
 
-    def __init__(self, path: str | Path, *, key: bytes | None = None) -> None:
+    def __init__(self, path: str | Path, *, key: bytes | None = None, settings: Settings | None = None) -> None:
         self.path = Path(path)
         self.lock = threading.RLock()
         self.closed = False
@@ -197,7 +199,7 @@ class Store:
             if version > SCHEMA_VERSION:
                 raise StoreCorruptError(f"{self.path} has schema version {version}, "
                                         f"this Bio-Memory reads versions up to {SCHEMA_VERSION}")
-            self.sealer = self._open_sealer(key)
+            self.sealer = self._open_sealer(key, settings)
             if version < SCHEMA_VERSION:
                 self._migrate(version)
             else:
@@ -214,13 +216,13 @@ class Store:
             self.db.execute(statement)
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", [secrets.token_hex(16)])
 
-    def _open_sealer(self, key: bytes | None) -> Sealer:
+    def _open_sealer(self, key: bytes | None, settings: Settings | None) -> Sealer:
         """The template sealer, checked against the stored check value. A new store, or a version-1
         one about to be sealed, gets its check value in the transaction that creates or migrates it,
         so a failed migration leaves the file as it was."""
         tables = set(self.db.table_names())
         check = self.get_meta("key_check") if "meta" in tables else None
-        sealer = Sealer(key if key is not None else load_key(create=check is None))
+        sealer = Sealer(key if key is not None else load_key(create=check is None, settings=settings))
         if check is not None:
             sealer.verify(bytes.fromhex(check), b"key-check")
         return sealer

@@ -20,8 +20,7 @@ import numpy as np
 from modalities.weights import hub_offline
 
 from .errors import ModelUnavailableError
-
-DEFAULT_TEXT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+from .settings import DEFAULT_TEXT_MODEL, Settings
 
 
 def shipped_minilm_dir() -> Path | None:
@@ -40,7 +39,7 @@ class TextEncoder:
                  cache_dir: str | os.PathLike | None = None) -> None:
         from sentence_transformers import SentenceTransformer
 
-        spec = str(model or os.environ.get("BIOMEM_TEXT_MODEL") or DEFAULT_TEXT_MODEL)
+        spec = str(model or Settings.from_env().text_model)
         self.name = spec
         self._lock = threading.Lock()  # fast tokenizers are not safe to share across threads
         loader = functools.partial(SentenceTransformer, device=device,

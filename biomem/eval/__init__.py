@@ -8,16 +8,17 @@ itself lives in `biomem.eval.locomo` and loads when a benchmark runs.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..settings import Settings
+
 
 def default_cache_dir() -> Path:
     """$XDG_CACHE_HOME/biomem/locomo (default ~/.cache/biomem/locomo): data and cached ingestions."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "biomem" / "locomo"
+    return Settings.from_env().locomo_cache
 
 
 def add_locomo_arguments(parser: argparse.ArgumentParser) -> None:
