@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
@@ -251,6 +252,32 @@ def calibrate_folder(encoder: modalities.Encoder | str, data_dir: str | Path, *,
         log.warning("%d of %d images refused by %s", len(refused), len(vectors) + len(refused), encoder.name)
     report = calibrate_scores(genuine, impostor, fmr=fmr, modality=encoder.name)
     return replace(report, data_dir=str(root), images=len(vectors), refused=refused, **extra)
+
+
+SAMPLE_CAPTURES = 6  # captures per sample person in calibrate_samples
+SAMPLE_PALMS = 20  # synthetic palm identities in calibrate_samples
+
+
+def calibrate_samples(encoder: modalities.Encoder | str, *, captures: int = SAMPLE_CAPTURES,
+                      palms: int = SAMPLE_PALMS, seed: int = 1000) -> CalibrationReport:
+    """Calibrate on the sample people shipped here, by the encoder's kind: the packaged face photos
+    (`biomem samples`'s set) or `palms` synthetic palms, `captures` captures each."""
+    if isinstance(encoder, str):
+        encoder = modalities.create(encoder)
+    kind = encoder.info.kind
+    with tempfile.TemporaryDirectory(prefix="biomem-calibrate-") as tmp:
+        if kind == "face":
+            from .samples import write_face_set
+
+            write_face_set(tmp, captures)
+        elif kind == "palm":
+            from modalities.palmsynth import write_dataset
+
+            write_dataset(tmp, palms, captures, seed=seed)
+        else:
+            raise InvalidInputError(f"no sample data for a {kind!r} encoder: calibrate on a folder")
+        report = calibrate_folder(encoder, tmp)
+    return replace(report, data_dir=f"sample {kind}s ({report.identities} people, {captures} captures each)")
 
 
 def save(report: CalibrationReport, memory: BioMemory, which: str = "intersection", *,

@@ -8,6 +8,8 @@ memories, the stranger none.
 
 from __future__ import annotations
 
+import logging
+import secrets
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -15,9 +17,11 @@ import numpy as np
 
 import modalities
 
-from .errors import MultipleFacesError, NoFaceError
+from .errors import BioMemError, InvalidInputError, MultipleFacesError, NoFaceError
 from .memory import BioMemory
 from .samples import augment, face_crops
+
+log = logging.getLogger(__name__)
 
 DEMO_PEOPLE: dict[str, list[tuple[str, str]]] = {
     "Ana": [
@@ -42,6 +46,24 @@ STRANGER = 6  # index into face_crops(): a person who is never enrolled
 # Synthetic palm identity seeds (modalities.palmsynth) of the demo people and the stranger.
 DEMO_PALM_SEEDS = {"Ana": 1, "Ben": 2, "Chloe": 3}
 STRANGER_PALM_SEED = 99
+LOCOMO_FACES = (3, 4, 5)  # sample faces left for imported conversations (palms have no limit)
+LOCOMO_PALM_BASE = 100
+
+
+def locomo_sample(index: int) -> str:
+    """The sample person an imported LoCoMo conversation `index` (0-based) is given."""
+    return f"LoCoMo {index + 1}"
+
+
+# Sample people a visitor can "be" without a camera: a face (face_crops() index, or None) and a
+# synthetic palm (modalities.palmsynth identity seed). Ana, Ben and Chloe are the demo store's
+# people; the stranger is never enrolled; the LoCoMo samples go to imported conversations.
+SAMPLE_PEOPLE: dict[str, tuple[int | None, int]] = {
+    **{label: (face, DEMO_PALM_SEEDS[label]) for face, label in enumerate(DEMO_PEOPLE)},
+    "Stranger": (STRANGER, STRANGER_PALM_SEED),
+    **{locomo_sample(i): (LOCOMO_FACES[i] if i < len(LOCOMO_FACES) else None, LOCOMO_PALM_BASE + i)
+       for i in range(10)},
+}
 
 
 def demo_capture(person: int, seed: int) -> np.ndarray:
@@ -68,6 +90,36 @@ def demo_palm(seed: int, capture: int) -> np.ndarray:
     from modalities.palmsynth import palm_capture
 
     return palm_capture(seed, capture)
+
+
+def sample_capture(mem: BioMemory, person: str, modality: str | None = None) -> np.ndarray:
+    """A fresh capture of sample person `person`: a face photo or a palm ROI, by the kind of
+    `modality` (default the store's); never one of the demo's two enrolment captures."""
+    if person not in SAMPLE_PEOPLE:
+        raise InvalidInputError(f"no sample person {person!r}")
+    face, palm = SAMPLE_PEOPLE[person]
+    encoder = mem.encoder(modality)
+    seeds = [secrets.randbelow(39) + 2 for _ in range(8)]
+    if encoder.info.kind == "palm":
+        return demo_palm(palm, seeds[0])
+    if face is None:
+        raise InvalidInputError(f"{person} has a sample palm but no sample face: choose a palm encoder")
+    return usable_capture(encoder, face, seeds)
+
+
+def loadable(mem: BioMemory, modality: str) -> bool:
+    """Whether `modality`'s encoder loads here (the demo's palms are optional)."""
+    try:
+        mem.encoder(modality)
+    except (KeyError, ImportError, OSError, BioMemError) as exc:
+        log.info("%s unavailable: %s", modality, exc)
+        return False
+    return True
+
+
+def demo_loaded(mem: BioMemory) -> bool:
+    """Whether the demo people are enrolled in `mem`."""
+    return set(DEMO_PEOPLE) <= {i.label for i in mem.identities()}
 
 
 def build_demo(mem: BioMemory, palm_encoder: str | None = None) -> dict[str, int]:

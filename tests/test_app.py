@@ -26,9 +26,13 @@ from PIL import Image
 
 import app
 from biomem import BioMemory
+from biomem.calibrate import SAMPLE_PALMS
 from biomem.demo import DEMO_PEOPLE, demo_capture
+from biomem.settings import memory_from_settings
 from biomem.llm import OfflineLLM, OpenAIChat
 from biomem.samples import group_photo_path
+from biomem.ui import Controller, render, uploads
+from biomem.ui.messages import friendly
 from modalities.palmsynth import palm_capture
 
 QUESTION = "What is my bank card PIN?"
@@ -159,7 +163,7 @@ def test_remember_by_chat_then_only_the_owner_gets_it_back(server, probes):
     face, palm = cache / "ben.png", cache / "ben-palm.png"
     Image.fromarray(demo_capture(1, 11)).save(face)
     with pytest.raises(gr.Error, match="palm-compcode missing"):  # Ben enrolled a face and a palm
-        app._friendly(server.ui.delete_note)(stored["note"]["id"], str(face), "face-arcface-s")
+        friendly(server.ui.delete_note)(stored["note"]["id"], str(face), "face-arcface-s")
     assert not face.exists()  # a refused action still deletes its probe
     cache.mkdir(exist_ok=True)
     Image.fromarray(demo_capture(1, 9)).save(face)
@@ -206,7 +210,7 @@ def test_privacy_settings_of_the_launched_app(server, tmp_path):
     assert demo.delete_cache is not None
     outside = tmp_path / "keep.png"
     outside.write_bytes(b"x")
-    server.ui.discard(outside)  # only files inside Gradio's cache are ever deleted
+    uploads.discard(outside)  # only files inside Gradio's cache are ever deleted
     assert outside.exists()
 
 
@@ -230,29 +234,29 @@ def upload(cache: Path, image: np.ndarray, name: str) -> str:
 
 def test_enrol_unlock_delete_and_forget_me(make_memory, capture, cache):
     mem = make_memory()
-    ui = app.BioMemoryApp(mem, admin=False)
+    ui = Controller(mem, admin=False)
     files = [upload(cache, capture(3, n), f"enrol{n}") for n in range(3)]
     steps = []
     message = ui.enroll("Dana", files[:2], files[2], "face-arcface-s", lambda *a, **k: steps.append(a))
     assert "Enrolled **Dana** from 3 image(s)" in message and len(steps) >= 3
     assert cached_images(cache) == []  # enrolment images are deleted once encoded
     with pytest.raises(gr.Error, match="already enrolled") as caught:
-        app._friendly(ui.enroll)("Dana again", [upload(cache, capture(3, 4), "again")], None, "face-arcface-s")
+        friendly(ui.enroll)("Dana again", [upload(cache, capture(3, 4), "again")], None, "face-arcface-s")
     assert "Dana" not in caught.value.message  # never says whom
     palms = [upload(cache, palm_capture(5, n), f"palm{n}") for n in range(2)]  # a first palm in a face store
     assert "Enrolled **Pat** from 2 image(s) with `palm-compcode`" in ui.enroll("Pat", palms, None, "palm-compcode")
 
     ui.remember("My bike lock code is 2468", upload(cache, capture(3, 5), "memo"), "face-arcface-s")
     with pytest.raises(gr.Error, match="fresh, clear probe"):
-        app._friendly(ui.unlock)(upload(cache, capture(6, 1), "stranger"), "face-arcface-s")
+        friendly(ui.unlock)(upload(cache, capture(6, 1), "stranger"), "face-arcface-s")
     session = ui.unlock(upload(cache, capture(3, 6), "unlock"), "face-arcface-s")
     assert session["label"] == "Dana" and "probe" not in session  # a view, not a credential
     rows = session["rows"]
     assert [r[2] for r in rows] == ["My bike lock code is 2468"]
     with pytest.raises(gr.Error, match="None of your notes"):
-        app._friendly(ui.delete_note)(10_000, upload(cache, capture(3, 7), "fresh"), "face-arcface-s")
+        friendly(ui.delete_note)(10_000, upload(cache, capture(3, 7), "fresh"), "face-arcface-s")
     with pytest.raises(gr.Error, match="fresh, clear probe"):  # someone else's fresh probe
-        app._friendly(ui.delete_note)(rows[0][0], upload(cache, capture(6, 2), "other"), "face-arcface-s")
+        friendly(ui.delete_note)(rows[0][0], upload(cache, capture(6, 2), "other"), "face-arcface-s")
     message, rows_after = ui.delete_note(rows[0][0], upload(cache, capture(3, 8), "fresh2"), "face-arcface-s")
     assert "Deleted note" in message and rows_after == []
 
@@ -266,7 +270,7 @@ def test_enrol_unlock_delete_and_forget_me(make_memory, capture, cache):
 def test_a_stale_tab_cannot_touch_the_next_person(make_memory, capture, cache):
     """Dan forgets himself in one tab, Eve enrols: Dan's other tab can read or erase nothing."""
     mem = make_memory()
-    ui = app.BioMemoryApp(mem)
+    ui = Controller(mem)
     ui.enroll("Dan", [upload(cache, capture(3, n), f"dan{n}") for n in range(2)], None, "face-arcface-s")
     stale = ui.unlock(upload(cache, capture(3, 2), "dan-tab"), "face-arcface-s")
     ui.forget(True, upload(cache, capture(3, 3), "dan-forget"), "face-arcface-s")
@@ -278,7 +282,7 @@ def test_a_stale_tab_cannot_touch_the_next_person(make_memory, capture, cache):
     for action in (lambda p: ui.forget(True, p, "face-arcface-s"), lambda p: ui.delete_note(1, p, "face-arcface-s"),
                    lambda p: ui.unlock(p, "face-arcface-s")):
         with pytest.raises(gr.Error, match="fresh, clear probe"):
-            app._friendly(action)(upload(cache, capture(3, 4), "dan-again"))
+            friendly(action)(upload(cache, capture(3, 4), "dan-again"))
     assert [n.content for n in mem.store.all_notes(eve_id)] == ["Eve's locker is 77"]
 
 
@@ -291,7 +295,7 @@ def test_llm_unreachable_is_a_readable_message_not_a_traceback(make_memory, text
     mem = make_memory(llm=llm)
     mem.enroll("Eve", [face_probe(0, 0), face_probe(0, 1)])
     with pytest.raises(gr.Error) as caught:
-        app._friendly(app.BioMemoryApp(mem).ask)(QUESTION, upload(cache, capture(0, 3), "probe"), "face-arcface-s")
+        friendly(Controller(mem).ask)(QUESTION, upload(cache, capture(0, 3), "probe"), "face-arcface-s")
     assert caught.value.title == "LLM unreachable"
     assert "127.0.0.1" not in caught.value.message and "Traceback" not in caught.value.message
 
@@ -310,7 +314,7 @@ def test_locomo_import_gives_each_conversation_an_identity(make_memory, cache, t
     path = tmp_path / "locomo_tiny.json"
     path.write_text(json.dumps(data))
     mem = make_memory()
-    ui = app.BioMemoryApp(mem, admin=True)
+    ui = Controller(mem, admin=True)
     message = ui.import_locomo(str(path), 2)
     assert "conv-0 (Ann & Bo): 2 turns" in message and "LoCoMo 2" in message
     assert "already imported" in ui.import_locomo(str(path), 1)
@@ -318,14 +322,14 @@ def test_locomo_import_gives_each_conversation_an_identity(make_memory, cache, t
     result = ui.ask("What is my cat called?", probe, "palm-compcode")
     assert result["gate"]["label"] == "conv-1 (Ann & Bo)" and "Whisker1" in result["answer"]
     with pytest.raises(gr.Error, match="disabled"):
-        app.BioMemoryApp(mem, admin=False).import_locomo(str(path), 1)
+        Controller(mem, admin=False).import_locomo(str(path), 1)
 
 
 def test_calibrate_palms_shows_histograms_and_stores_tau(make_memory):
     mem = make_memory()
-    ui = app.BioMemoryApp(mem, admin=True)
+    ui = Controller(mem, admin=True)
     report = ui.calibrate("palm-compcode", "samples")
-    assert report.modality == "palm-compcode" and report.identities == app.CALIBRATION_PALMS
+    assert report.modality == "palm-compcode" and report.identities == SAMPLE_PALMS
     plot, text = ui.calibration_view(report)
     assert plot.ndim == 3 and plot.shape[2] == 3 and "intersection" in text and "/tmp" not in text
     assert "Stored τ" in ui.store_tau(report, "intersection")
@@ -339,7 +343,7 @@ def test_configuration_from_the_environment(monkeypatch, tmp_path, text_encoder,
     monkeypatch.setenv("BIOMEM_LLM", "offline")
     monkeypatch.setenv("BIOMEM_POLICY", "all")
     monkeypatch.setenv("BIOMEM_TAU", "face-arcface-s=0.5, palm-compcode=0.4")
-    mem = app.memory_from_env(text_model=text_encoder, encoder=face_encoder)
+    mem = memory_from_settings(text_model=text_encoder, encoder=face_encoder)
     try:
         assert mem.path == tmp_path / "env.db" and mem.policy == "all" and mem.llm.name == "offline"
         assert mem.threshold("face-arcface-s") == pytest.approx(0.5)
@@ -356,6 +360,6 @@ def test_panels_escape_what_people_typed():
                                                      "admitted": True}]},
               "notes": [{"id": 1, "content": "<iframe>", "timestamp": "2024-03-02T09:15:00", "score": 0.5}],
               "gated_out": {"total": 2, "owners": [{"label": "<svg>", "count": 2, "latest": None}]}}
-    html = app.panel_html(result, with_answer=True)
+    html = render.panel_html(result, with_answer=True)
     assert "<script>" not in html and "<img" not in html and "<iframe>" not in html and "<svg>" not in html
     assert "2 Mar 2024, 09:15" in html

@@ -13,6 +13,7 @@ the test is skipped, unless BIOMEM_REQUIRE_BROWSER=1 (CI) turns the skip into a 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from urllib.parse import urlparse
@@ -181,4 +182,145 @@ def test_a_visitor_loads_the_demo_asks_captures_and_compares(chromium_path, tmp_
 
     if os.environ.get("BIOMEM_UPDATE_SCREENSHOTS") == "1":
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(compare_png, SCREENSHOTS / "compare.png")
+
+
+def center_is(page, selector: str) -> bool:
+    """Whether the element at the centre of `selector` is that element (or inside it): nothing covers it."""
+    return page.locator(selector).evaluate(
+        "el => { const r = el.getBoundingClientRect(); const top = document.elementFromPoint("
+        "r.left + r.width / 2, r.top + r.height / 2); return el === top || el.contains(top); }")
+
+
+def test_the_rough_edges_a_first_visitor_met_are_gone(chromium_path, tmp_path, text_encoder, face_encoder):
+    """Issue 11's list, one step each: failed actions clear what they consumed and leave no stale
+    result or overlay, toasts carry the app's titles, the chat says who asked and shows a Remember as a
+    stored note, only loadable encoders are offered, Compare charts both gate scores against τ, and
+    at 390 px every tab and the status stay readable."""
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=STEP_MS)
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    not_an_image = tmp_path / "notes.png"
+    not_an_image.write_text("this is a text file with an image's name")
+    dana = [tmp_path / f"dana{n}.png" for n in range(3)]
+    for n, path in enumerate(dana):
+        Image.fromarray(demo_capture(4, 20 + n)).save(path)
+
+    mem = BioMemory(tmp_path / "edges.db", text_model=text_encoder, encoder=face_encoder, disclosure="demo")
+    with served_app(mem, tmp_path / "gradio-cache") as server, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
+            page.set_default_timeout(STEP_MS)
+            page.goto(server.url, wait_until="domcontentloaded")
+            toasts = page.locator("[data-testid='toast-body']")
+
+            def toast(text: str) -> None:
+                expect(toasts.first).to_contain_text(text)
+                assert "Traceback" not in toasts.first.inner_text()
+                page.click("[data-testid='toast-close']")
+                expect(toasts).to_have_count(0)
+
+            # plain words for probe, similarity and threshold; only encoders that load are offered
+            expect(page.locator("#bm-gloss")).to_contain_text("Threshold τ")
+            expect(page.locator("#bm-unavailable")).to_contain_text("palm-ccnet")
+            page.click("#bm-encoder input")
+            offered = [o.split()[-1] for o in page.locator("ul[role='listbox'] li").all_inner_texts()]
+            assert "face-arcface-s" in offered and "palm-ccnet" not in offered
+            page.keyboard.press("Escape")
+            page.click("#bm-load-demo")
+            expect(page.locator("#bm-load-message")).to_contain_text("Loaded Ana, Ben, Chloe")
+
+            # Compare (prefilled Ana vs a stranger): both gate scores drawn against τ
+            page.click("#bm-cmp-button")
+            expect(page.locator("#bm-cmp-panel-b .bm-verdict")).to_contain_text("No match")
+            expect(page.locator("#bm-cmp-chart svg .bm-c-tau")).to_have_count(1)
+            expect(page.locator("#bm-cmp-chart svg circle")).to_have_count(3)
+            page.mouse.move(0, 0)
+            compare_png = shots / "01-compare-chart.png"
+            page.screenshot(path=compare_png, full_page=True)
+
+            # Chat: a missing question is a titled toast, the probe it took is cleared, a retry works
+            page.click("#bm-tab-chat-button")
+            chat_probe = page.locator("#bm-chat-probe .image-frame img")
+            page.click("#bm-chat-probe-ben")
+            expect(chat_probe).to_be_visible()
+            page.click("#bm-ask")
+            toast("No question — Type a question first.")
+            expect(chat_probe).to_have_count(0)
+            page.click("#bm-chat-probe-ben")
+            page.fill("#bm-question textarea", "What is my bank card PIN?")
+            page.click("#bm-ask")
+            chat = page.locator("#bm-chatbot")
+            expect(chat).to_contain_text("Ben (similarity")  # who asked, as the gate decided
+            expect(page.locator("#bm-chat-panel .bm-verdict")).to_contain_text("Matched Ben")
+
+            # a text file named .png: a titled toast, the probe cleared, Ben's results no longer shown
+            page.set_input_files("#bm-chat-probe input[data-testid='file-upload']", not_an_image)
+            page.fill("#bm-question textarea", "And my PIN?")
+            page.click("#bm-ask")
+            toast("Not a usable image — The file is not an image")
+            expect(chat_probe).to_have_count(0)
+            expect(page.locator("#bm-chat-panel")).to_contain_text("appears here after a question")
+
+            # Remember shows as a stored note of its owner; a stranger is named as unrecognised
+            page.click("#bm-chat-probe-ana")
+            expect(chat_probe).to_be_visible()
+            page.fill("#bm-question textarea", "My locker at the pool is 42")
+            page.click("#bm-remember")
+            expect(chat).to_contain_text(re.compile(r"Stored as note \d+ for Ana"))
+            expect(chat).to_contain_text("Ana · remember")
+            page.click("#bm-chat-probe-stranger")
+            expect(chat_probe).to_be_visible()
+            page.fill("#bm-question textarea", "What is my locker number?")
+            page.click("#bm-ask")
+            expect(chat).to_contain_text("Unrecognised requester")
+            page.screenshot(path=shots / "02-chat-who-asked.png", full_page=True)
+
+            # Enrol: a refused attempt clears its images, and the next attempt with new ones works
+            page.click("#bm-tab-enrol-button")
+            page.set_input_files("#bm-enrol-files input[data-testid='file-upload']", [str(p) for p in dana[:2]])
+            expect(page.locator("#bm-enrol-files")).to_contain_text("dana1")
+            page.click("#bm-enrol")
+            toast("No name — Give a name for the new identity.")
+            expect(page.locator("#bm-enrol-files")).not_to_contain_text("dana1")
+            page.fill("#bm-enrol-name textarea", "Dana")
+            page.set_input_files("#bm-enrol-files input[data-testid='file-upload']", [str(p) for p in dana])
+            expect(page.locator("#bm-enrol-files")).to_contain_text("dana2")
+            page.click("#bm-enrol")
+            expect(page.locator("#bm-enrol-message")).to_contain_text("Enrolled Dana from 3 image(s)")
+
+            # a stranger's Remember: a titled toast, and no overlay left on the inputs it touched
+            page.fill("#bm-memo textarea", "Nobody should keep this")
+            page.click("#bm-memo-probe-stranger")
+            expect(page.locator("#bm-memo-probe .image-frame img")).to_be_visible()
+            page.click("#bm-memo-button")
+            toast("Not recognised — The probe matches nobody enrolled")
+            expect(page.locator("#bm-memo-probe .image-frame img")).to_have_count(0)
+            page.click("#bm-delete")
+            toast("No note id")
+            page.click("text=Forget me >> nth=0")  # open the accordion
+            page.click("#bm-forget")
+            toast("Not confirmed — Tick the box")
+            for selector in ("#bm-memo textarea", "#bm-note-id input", "#bm-my-notes", "#bm-forget-ok"):
+                assert center_is(page, selector), f"{selector} is covered"
+            page.screenshot(path=shots / "03-enrol-after-errors.png", full_page=True)
+
+            # a phone: all four tabs reachable, the status readable (not one word per line)
+            phone = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+            phone.goto(server.url, wait_until="domcontentloaded")
+            for tab in ("compare", "chat", "enrol", "calibrate"):
+                expect(phone.locator(f"#bm-tab-{tab}-button")).to_be_visible()
+            assert phone.locator("#bm-status .bm-status").bounding_box()["width"] >= 300
+            phone.click("#bm-tab-calibrate-button")
+            expect(phone.locator("#bm-registry")).to_be_visible()
+            phone.screenshot(path=shots / "04-phone.png", full_page=True)
+        finally:
+            browser.close()
+        assert cached_images(server.cache) == []
+    mem.close()
+
+    if os.environ.get("BIOMEM_UPDATE_SCREENSHOTS") == "1":
         shutil.copyfile(compare_png, SCREENSHOTS / "compare.png")

@@ -20,6 +20,8 @@ from PIL import Image
 import app
 from biomem import BioMemory
 from biomem.demo import DEMO_PEOPLE, build_demo, demo_capture
+from biomem.ui import Controller, uploads
+from biomem.ui.messages import friendly
 from tests.test_app import QUESTION, cached_images, served_app, upload
 
 pytestmark = pytest.mark.filterwarnings("ignore::Warning:gradio.queueing")
@@ -90,9 +92,9 @@ def test_rejected_uploads_leave_no_file_and_a_crafted_path_reads_nothing(demo_st
         events = httpx.get(served.url + f"gradio_api/call/ask/{reply.json()['event_id']}").text
         assert "event: error" in events and "4821" not in events and "Ana" not in events
     assert secret.exists()
-    assert served.ui.in_cache(secret) is None
+    assert uploads.in_cache(secret) is None
     with pytest.raises(gr.Error, match="uploaded image"):
-        served.ui.read_probe(str(secret))
+        uploads.read_once(str(secret))
     assert secret.exists()
 
 
@@ -149,19 +151,19 @@ def test_the_server_binds_localhost_unless_told_and_honours_gradio_s_variables(m
 
 def test_enrolment_injection_through_the_enrol_tab_fails(demo_store, tmp_path, cache):
     mem = demo_store()
-    ui = app.BioMemoryApp(mem)
+    ui = Controller(mem)
     before = mem.store.counts()
     mixed = [upload(cache, demo_capture(5, 1), "own")] + [upload(cache, demo_capture(0, n), f"ana{n}")
                                                          for n in range(2, 8)]
     with pytest.raises(gr.Error) as caught:
-        app._friendly(ui.enroll)("Mallory", mixed, None, "face-arcface-s")
+        friendly(ui.enroll)("Mallory", mixed, None, "face-arcface-s")
     assert caught.value.title == "Not one person"
     with pytest.raises(gr.Error) as caught:  # a new name from photos of an enrolled person
-        app._friendly(ui.enroll)("Ana 2", [upload(cache, demo_capture(0, n), f"again{n}") for n in (3, 4)],
+        friendly(ui.enroll)("Ana 2", [upload(cache, demo_capture(0, n), f"again{n}") for n in (3, 4)],
                                  None, "face-arcface-s")
     assert caught.value.title == "Already enrolled" and "Ana" not in caught.value.message
     with pytest.raises(gr.Error) as caught:
-        app._friendly(ui.enroll)("ana", [upload(cache, demo_capture(5, 2), "name")], None, "face-arcface-s")
+        friendly(ui.enroll)("ana", [upload(cache, demo_capture(5, 2), "name")], None, "face-arcface-s")
     assert caught.value.title == "Name taken"
     assert mem.store.counts() == before and cached_images(cache) == []
     assert mem.identify(demo_capture(0, 9)).labels == {1: "Ana"}
@@ -169,7 +171,7 @@ def test_enrolment_injection_through_the_enrol_tab_fails(demo_store, tmp_path, c
 
 def test_demo_disclosure_shows_sample_people_but_never_a_real_enrolment(demo_store, tmp_path, cache):
     mem = demo_store(disclosure="demo")
-    ui = app.BioMemoryApp(mem)
+    ui = Controller(mem)
     ui.enroll("Zoe Real", [upload(cache, demo_capture(5, n), f"zoe{n}") for n in range(2)], None, "face-arcface-s")
     ui.remember("Zoe's door code is 5511", upload(cache, demo_capture(5, 2), "zoe-memo"), "face-arcface-s")
     stranger = ui.ask(QUESTION, upload(cache, demo_capture(6, 2), "stranger"), "face-arcface-s")

@@ -1,0 +1,306 @@
+"""UI events to engine calls: each handler takes the widgets' plain values and returns plain values.
+
+Every decision (who matched, which notes may be read, what is stored or erased, attempt
+limits, step-up) is the engine's; this layer reads and deletes probe uploads, checks that a
+field was filled in, and keeps the admin switch (settings.admin) for server-side actions.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import numpy as np
+from PIL import Image
+
+import modalities
+
+from .. import demo
+from ..calibrate import CalibrationReport, calibrate_folder, calibrate_samples, save
+from ..disclosure import note_view
+from ..errors import BioMemError, TooManyAttemptsError
+from ..gate import Probe
+from ..importing import import_locomo
+from ..limits import client_keys
+from ..memory import BioMemory
+from ..settings import Settings
+from . import render, uploads
+from .messages import fail, readable
+
+log = logging.getLogger("biomem.ui")
+UNLOCK_SECONDS = 300  # how long "My notes" stays unlocked in one browser tab
+Progress = Callable[..., Any]
+
+
+def short(reason: str) -> str:
+    """The first clause of an availability reason: what is missing, without the how-to (logged)."""
+    return reason.split(":")[0].strip()
+
+
+def _silent(*args: Any, **kwargs: Any) -> None:
+    """A progress callback that shows nothing (callers outside Gradio)."""
+
+
+class Controller:
+    """The handlers behind the UI, over one BioMemory."""
+
+    def __init__(self, mem: BioMemory, settings: Settings | None = None, *, admin: bool | None = None) -> None:
+        self.mem = mem
+        self.settings = settings = settings or Settings.from_env()
+        self.admin = settings.admin if admin is None else admin
+        self._building = threading.Lock()  # one demo build or import at a time
+
+    # ---- probes ---------------------------------------------------------------------------------
+
+    def clients(self, request: gr.Request | None) -> list[str] | None:
+        """The requester's attempt-limit keys: its Gradio session and its address."""
+        if request is None:
+            return None
+        return client_keys(request.session_hash, request.client.host if request.client else "",
+                           request.headers.get("x-forwarded-for"), trust_proxy=self.settings.trust_proxy)
+
+    def probe(self, value: Any, encoder: str | None, what: str = "probe", client: list[str] | None = None) -> Probe:
+        """Read, delete and encode one probe upload (a client in cool-down costs no encoding)."""
+        try:
+            self.mem.limiter.check(client)
+        except BioMemError:
+            uploads.discard(value)
+            raise
+        return self.mem.probe(uploads.read_once(value, what), encoder or self.mem.modality)
+
+    def step_up(self, value: Any, second: Any, encoder: str | None, client: list[str] | None) -> Probe | dict[str, Probe]:
+        """A change's fresh probe: one, or two when the person enrolled a face and a palm (the
+        second read with the store's encoder of the other kind)."""
+        name = encoder or self.mem.modality
+        if not uploads.upload_path(second):
+            return self.probe(value, name, "fresh probe", client)
+        other = self.mem.other_kind(name)
+        if other is None:
+            uploads.discard(value, second)
+            raise fail("Nobody here enrolled a second kind of probe: leave the second one empty.", "No second kind")
+        first = self.probe(value, name, "fresh probe", client)
+        return {name: first, other: self.probe(second, other, "second probe", client)}
+
+    def sample_capture(self, person: str, encoder: str | None) -> np.ndarray:
+        """A fresh capture of a sample person for the probe input (face or palm by the encoder)."""
+        return demo.sample_capture(self.mem, person, encoder)
+
+    # ---- the public API: ask, remember, compare -------------------------------------------------
+
+    def answer(self, question: str, probe: Probe, client: list[str] | None) -> dict[str, Any]:
+        answer = self.mem.ask(question, probe=probe, client=client)
+        view = answer.as_dict()
+        return {"kind": "answer", "question": question, "answer": answer.text, "gate": view["gate"],
+                "notes": view["results"], "gated_out": view["gated_out"], "prompt": answer.prompt}
+
+    def ask(self, question: str, probe: Any, encoder: str | None = None,
+            request: gr.Request | None = None) -> dict[str, Any]:
+        """Ask as whoever the probe shows: the gate decides which memories the LLM may read."""
+        question = (question or "").strip()
+        if not question:
+            uploads.discard(probe)
+            raise fail("Type a question first.", "No question")
+        client = self.clients(request)
+        return self.answer(question, self.probe(probe, encoder, client=client), client)
+
+    def remember(self, text: str, probe: Any, encoder: str | None = None,
+                 request: gr.Request | None = None) -> dict[str, Any]:
+        """Store a memory for whoever the probe shows (refused when it matches nobody)."""
+        text = (text or "").strip()
+        if not text:
+            uploads.discard(probe)
+            raise fail("Type what to remember first.", "Nothing to remember")
+        client = self.clients(request)
+        note = self.mem.add(text, probe=self.probe(probe, encoder, client=client), client=client)
+        return {"kind": "remember", "question": text, "owner": self.mem.store.identity(note.owner).label,
+                "note": note_view(note)}
+
+    def compare(self, question: str, probe_a: Any, probe_b: Any, encoder: str | None = None,
+                request: gr.Request | None = None) -> dict[str, Any]:
+        """One question, two requesters: two gate decisions, two retrieved sets, two answers."""
+        question = (question or "").strip()
+        if not question or not probe_a or not probe_b:
+            uploads.discard(probe_a, probe_b)
+            if not question:
+                raise fail("Type a question first.", "No question")
+            raise fail("Give both probes (A and B): upload, webcam, or a sample person.", "Two probes needed")
+        client = self.clients(request)
+        sides = {}
+        for side, value in (("a", probe_a), ("b", probe_b)):
+            try:
+                sides[side] = self.answer(question, self.probe(value, encoder, client=client), client)
+            except TooManyAttemptsError:
+                uploads.discard(probe_a, probe_b)
+                raise
+            except BioMemError as exc:
+                title, message = readable(exc)
+                sides[side] = {"error": title, "message": message}
+        return {"question": question, **sides}
+
+    # ---- the store --------------------------------------------------------------------------------
+
+    def status(self) -> str:
+        return render.status_html(self.mem.overview())
+
+    def palm_encoder(self) -> str | None:
+        """The demo's palm encoder when it loads here, else None (faces only)."""
+        name = self.settings.palm_encoder
+        return name if demo.loadable(self.mem, name) else None
+
+    def load_demo(self, progress: Progress = _silent) -> str:
+        """Build the demo store (Ana, Ben, Chloe: faces, synthetic palms, everyday memories) once."""
+        with self._building:
+            if demo.demo_loaded(self.mem):
+                return "The demo people are already here: go to **Compare** or **Chat**."
+            palm = self.palm_encoder()
+            progress(0.1, desc="Enrolling Ana, Ben and Chloe with their memories…")
+            demo.build_demo(self.mem, palm_encoder=palm)
+            progress(1.0, desc="Done")
+        palms = f" and synthetic palms (`{palm}`)" if palm else " (no palm encoder here: faces only)"
+        return f"Loaded {', '.join(demo.DEMO_PEOPLE)} with face photos{palms} and a few memories each."
+
+    def import_locomo(self, path: str, conversations: int, progress: Progress = _silent) -> str:
+        """Import LoCoMo conversations from a server path (admin only)."""
+        if not self.admin:
+            raise fail("Imports from a server path are disabled here (set BIOMEM_ADMIN=1).", "Not allowed")
+        with self._building:
+            done = import_locomo(self.mem, (path or "").strip(), int(conversations), palm=self.palm_encoder(),
+                                 progress=lambda fraction, desc: progress(fraction, desc=desc))
+        return "Imported:\n" + "\n".join(
+            f"- {c.label}: already imported" if c.skipped else
+            f"- {c.label}: {c.turns} turns → sample person **{c.sample}** ({c.kind})" for c in done)
+
+    # ---- enrolment and one's own notes ----------------------------------------------------------
+
+    def enroll(self, label: str, files: list[Any] | None, capture: Any, encoder: str | None,
+               progress: Progress = _silent) -> str:
+        """Create an identity from uploaded images and/or a capture; each file deleted after use."""
+        paths = [p for p in (files or []) if uploads.upload_path(p)] + ([capture] if uploads.upload_path(capture) else [])
+        label, name = (label or "").strip(), encoder or self.mem.modality
+        try:
+            if not label:
+                raise fail("Give a name for the new identity.", "No name")
+            if not paths:
+                raise fail("Give one or more images (upload or capture).", "No images")
+            probes = []
+            for n, path in enumerate(paths):
+                progress(n / len(paths), desc=f"Encoding image {n + 1} of {len(paths)}")
+                try:
+                    probes.append(self.mem.probe(uploads.read_once(path, "image"), name))
+                except BioMemError as exc:
+                    title, message = readable(exc)
+                    raise fail(f"Image {n + 1}: {message}", title) from None
+        finally:
+            uploads.discard(paths)
+        progress(1.0, desc="Checking and storing templates")
+        identity = self.mem.enroll(label, probes, modality=name)
+        return (f"Enrolled **{render.esc(identity.label)}** from {len(probes)} image(s) with `{name}`. "
+                "Add memories below, or ask in **Chat**.")
+
+    def unlock(self, probe: Any, encoder: str | None, second: Any = None,
+               request: gr.Request | None = None) -> dict[str, Any]:
+        """The requester's own notes, for reading (a step-up probe); every change asks again."""
+        client = self.clients(request)
+        proof = self.step_up(probe, second, encoder, client)
+        owner = self.mem.verify(proof, "Unlocking your notes", client=client)
+        return {"identity": owner, "label": self.mem.store.identity(owner).label,
+                "until": time.time() + UNLOCK_SECONDS,
+                "rows": render.note_rows(self.mem.get_all(probe=proof, client=client))}
+
+    @staticmethod
+    def note_id(value: Any) -> int:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = 0.0
+        if number != int(number) or number < 1:
+            raise fail("Give the id of one of your notes (first column).", "No note id")
+        return int(number)
+
+    def delete_note(self, note_id: Any, probe: Any, encoder: str | None, second: Any = None,
+                    request: gr.Request | None = None) -> tuple[str, list[list[Any]]]:
+        """Delete one of the requester's notes, proven by a fresh probe; returns the new listing."""
+        try:
+            number = self.note_id(note_id)
+        except gr.Error:
+            uploads.discard(probe, second)
+            raise
+        client = self.clients(request)
+        proof = self.step_up(probe, second, encoder, client)
+        note = self.mem.delete(number, probe=proof, client=client)
+        return (f"Deleted note {note.id}: “{render.esc(note.content)}”.",
+                render.note_rows(self.mem.get_all(probe=proof)))
+
+    def forget(self, confirmed: bool, probe: Any, encoder: str | None, second: Any = None,
+               request: gr.Request | None = None) -> str:
+        """Erase whoever a fresh step-up probe shows, after an explicit confirmation."""
+        if not confirmed:
+            uploads.discard(probe, second)
+            raise fail("Tick the box to confirm: this erases everything of yours.", "Not confirmed")
+        client = self.clients(request)
+        proof = self.step_up(probe, second, encoder, client)
+        label = self.mem.store.identity(self.mem.verify(proof, "Forgetting you", client=client)).label
+        self.mem.forget(probe=proof, client=client)
+        return f"Forgot **{render.esc(label)}**: notes, links, history, templates and index entries are erased."
+
+    # ---- encoders and calibration ---------------------------------------------------------------
+
+    def encoder_table(self) -> list[list[Any]]:
+        """The registry: each encoder's metadata (no weights loaded), whether it loads here, this store's τ."""
+        rows = []
+        for status in modalities.availability_all():
+            try:
+                info = modalities.info(status.name)
+            except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the page
+                rows.append([status.name, "?", "", "", "", f"unavailable ({exc.__class__.__name__})", "", ""])
+                continue
+            rows.append([status.name, info.kind, info.dim, round(info.default_threshold, 4),
+                         round(self.mem.threshold(status.name), 4), "yes" if status.ready else short(status.reason),
+                         info.weights, info.license])
+        return rows
+
+    def encoder_choices(self) -> tuple[list[str], str]:
+        """(encoders that can load here, a line naming the others and why)."""
+        ready, missing = [], []
+        for status in modalities.availability_all():
+            (ready if status.ready else missing).append(status)
+        if self.mem.modality not in [s.name for s in ready]:
+            ready.insert(0, modalities.availability(self.mem.modality))
+        for status in missing:
+            log.info("encoder %s unavailable: %s", status.name, status.reason)
+        note = "; ".join(f"`{s.name}` ({short(s.reason)})" for s in missing)
+        return [s.name for s in ready], f"Not available on this server: {note}." if note else ""
+
+    def calibrate(self, encoder: str | None, source: str, folder: str = "",
+                  progress: Progress = _silent) -> CalibrationReport:
+        """Genuine/impostor scores of `encoder` on the sample people (or, admin only, a server folder)."""
+        name = encoder or self.mem.modality
+        if source == "folder":
+            if not self.admin:
+                raise fail("Folder calibration is disabled here (set BIOMEM_ADMIN=1).", "Not allowed")
+            progress(0.1, desc=f"Encoding the images under {folder} with {name}…")
+            return calibrate_folder(self.mem.encoder(name), Path((folder or "").strip()).expanduser())
+        progress(0.1, desc=f"Encoding sample captures with {name}…")
+        return calibrate_samples(self.mem.encoder(name))
+
+    def calibration_view(self, report: CalibrationReport) -> tuple[np.ndarray, str]:
+        """(histograms and DET curve as an image, markdown) of a report, with this store's current τ."""
+        with tempfile.TemporaryDirectory(prefix="biomem-plot-") as tmp:
+            plot = np.asarray(Image.open(report.plot(Path(tmp) / "scores.png")).convert("RGB"))
+        return plot, render.calibration_text(report, self.mem.threshold(report.modality))
+
+    def store_tau(self, report: CalibrationReport | None, which: str) -> str:
+        """Store the report's τ (admin only)."""
+        if not self.admin:
+            raise fail("Storing τ is disabled here (set BIOMEM_ADMIN=1).", "Not allowed")
+        if report is None:
+            raise fail("Run a calibration first.", "No calibration")
+        tau = save(report, self.mem, which=which)
+        return f"Stored τ = {tau:.4f} for `{report.modality}` ({which}); the gate uses it from now on."
+

@@ -1,0 +1,58 @@
+"""Serving the page: Gradio's launch with this app's privacy settings, a test server, and main()."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import gradio as gr
+
+from ..memory import BioMemory
+from ..settings import Settings
+from .layout import build_app
+from .style import CSS, THEME
+
+log = logging.getLogger("biomem.ui")
+
+
+def launch(page: gr.Blocks, settings: Settings | None = None, **overrides: Any) -> Any:
+    """page.launch() with no run history, monitoring, MCP or share link, on settings.host:port."""
+    settings = settings or Settings.from_env()
+    options: dict[str, Any] = dict(
+        server_name=settings.host, server_port=settings.port, share=False, run_history=False,
+        enable_monitoring=False, mcp_server=False, ssr_mode=False, pwa=False, show_error=False,
+        footer_links=["api", "gradio", "settings"], max_file_size="10mb", theme=THEME, css=CSS)
+    return page.launch(**{**options, **overrides})
+
+
+@contextmanager
+def served(mem: BioMemory, cache: Path, **build: Any) -> Iterator[tuple[str, gr.Blocks]]:
+    """(url, page) of the app over `mem` on a free 127.0.0.1 port, Gradio's uploads in `cache`;
+    closed afterwards. For tests and benchmarks that drive the public page."""
+    from ..llamacpp import free_port
+
+    with mock.patch.dict(os.environ, {"GRADIO_TEMP_DIR": str(cache)}):
+        page = build_app(mem, **build)
+        try:
+            _, url, _ = launch(page, server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True,
+                               quiet=True)
+            yield url, page
+        finally:
+            page.close()
+
+
+def main() -> None:
+    """`python app.py`: settings from the environment, the demo built if asked, served on settings.port."""
+    settings = Settings.from_env()
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # Gradio's own start-up probes
+    page = build_app(settings=settings)
+    ui = page.biomem_app
+    if settings.load_demo and not ui.mem.identities():
+        log.info("%s", ui.load_demo())
+    launch(page, settings)

@@ -1,0 +1,206 @@
+"""Pure rendering: engine results (plain dicts, as the public API returns them) to HTML, chat
+messages and table rows. No engine calls, no policy: what a dict holds is what may be shown."""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime
+from typing import Any
+
+MAX_SCORE_ROWS = 8  # identities listed in a gate panel (the rest are summarised)
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def when(timestamp: str | None) -> str:
+    """'2024-03-02T09:15:00' -> '2 Mar 2024, 09:15'."""
+    if not timestamp:
+        return ""
+    try:
+        moment = datetime.fromisoformat(timestamp)
+    except ValueError:
+        return timestamp
+    return f"{moment.day} {moment:%b %Y, %H:%M}"
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    return f"{count} {word if count == 1 else many or word + 's'}"
+
+
+def status_html(view: dict[str, Any]) -> str:
+    """The store at a glance (BioMemory.overview()): totals, and the sample people when disclosed."""
+    samples = view["samples"]
+    listing = ""
+    if samples:
+        listing = ", ".join(f"{esc(p['label'])} ({p['notes']})" for p in samples[:12])
+        listing += f", … {len(samples) - 12} more" if len(samples) > 12 else ""
+    return (f"<div class='bm-status'><b>Store:</b> {plural(view['people'], 'person', 'people')} · "
+            f"{plural(view['notes'], 'memory', 'memories')}{': ' + listing if listing else ''}<br>"
+            f"<b>Encoder</b> <code>{esc(view['modality'])}</code> (τ {view['threshold']:.2f}) · "
+            f"<b>LLM</b> <code>{esc(view['llm'])}</code> · <b>gate policy</b> <code>{esc(view['policy'])}</code></div>")
+
+
+def gate_html(gate: dict[str, Any] | None) -> str:
+    """The gate's decision as disclosed: who matched (or "no match"), and under the demo
+    disclosure each sample person's similarity against τ."""
+    if not gate:
+        return "<div class='bm-empty'>The gate's decision appears here after a question.</div>"
+    if gate["matched"]:
+        who = ", ".join(esc(a["label"]) for a in gate["admitted"])
+        head = f"<div class='bm-verdict bm-ok'>✓ Matched <b>{who}</b> — only their memories may be read</div>"
+    else:
+        head = "<div class='bm-verdict bm-no'>✗ No match — nobody's memories are read</div>"
+    scores = gate.get("scores")
+    if scores is None:  # the private disclosure: nothing about anyone else
+        if not gate["matched"]:
+            return head
+        own = gate["admitted"][0]["score"]
+        return head + (f"<div class='bm-meta'>similarity {own:.2f} ≥ τ {gate['threshold']:.2f} with encoder "
+                       f"<code>{esc(gate['modality'])}</code>; other people are never shown</div>")
+    if not scores:
+        return head + "<div class='bm-empty'>No sample person is enrolled with this encoder.</div>"
+    tau = gate["threshold"]
+    low = min(min(s["score"] for s in scores), tau) - 0.02
+    span = max(1.0 - low, 1e-6)
+
+    def pos(value: float) -> float:
+        return max(0.0, min(100.0, 100.0 * (value - low) / span))
+
+    rows = []
+    for s in scores[:MAX_SCORE_ROWS]:
+        cls = "bm-in" if s["admitted"] else ("bm-above" if s["score"] >= tau else "bm-out")
+        mark = "admitted" if s["admitted"] else ("≥ τ" if s["score"] >= tau else "&lt; τ")
+        rows.append(
+            f"<tr class='{cls}'><td class='bm-who'>{esc(s['label'])}</td><td class='bm-num'>{s['score']:.2f}</td>"
+            f"<td class='bm-barcell'><div class='bm-bar'><div class='bm-fill' style='width:{pos(s['score']):.1f}%'>"
+            f"</div><div class='bm-tau' style='left:{pos(tau):.1f}%'></div></div></td><td class='bm-mark'>{mark}</td></tr>")
+    if len(scores) > MAX_SCORE_ROWS:
+        rows.append(f"<tr><td colspan='4' class='bm-more'>… and {len(scores) - MAX_SCORE_ROWS} more below</td></tr>")
+    return (head + f"<div class='bm-meta'>encoder <code>{esc(gate['modality'])}</code> · τ = {tau:.2f}"
+            f" (red line) · policy <code>{esc(gate['policy'])}</code> · sample people only</div>"
+            "<table class='bm-scores'><tr><th>enrolled</th><th>similarity</th><th>vs τ</th><th></th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def notes_html(result: dict[str, Any] | None) -> str:
+    """The gated-in notes the LLM was allowed to read, with their scores and times."""
+    if not result:
+        return "<div class='bm-empty'>The memories the LLM may read appear here.</div>"
+    notes = result["notes"]
+    if not notes:
+        return ("<div class='bm-empty'>No memory entered the context: "
+                + ("the gate admitted nobody." if not result["gate"]["matched"]
+                   else "the matched person has no memories yet.") + "</div>")
+    rows = "".join(f"<tr><td class='bm-num'>{n['score']:.2f}</td><td class='bm-time'>{esc(when(n['timestamp']))}</td>"
+                   f"<td>{esc(n['content'])}</td></tr>" for n in notes)
+    return "<table class='bm-notes'><tr><th>score</th><th>time</th><th>memory</th></tr>" + rows + "</table>"
+
+
+def gated_out_html(result: dict[str, Any] | None) -> str:
+    """The notes that stayed out, as disclosed: a total, per sample owner under "demo"."""
+    if not result:
+        return "<div class='bm-empty'>Notes the gate kept out are summarised here (never shown).</div>"
+    out = result["gated_out"]
+    if out is None:
+        return "<div class='bm-empty'>Nothing about other people is shown to an unmatched requester.</div>"
+    text = (f"<div class='bm-meta'>{plural(out['total'], 'note')} of other people stayed out of retrieval; "
+            "their content is never shown.</div>")
+    owners = out.get("owners")
+    if not owners:
+        return text
+    rows = "".join(f"<tr><td class='bm-who'>{esc(o['label'])}</td><td class='bm-num'>{o['count']}</td>"
+                   f"<td class='bm-time'>{esc(when(o['latest']))}</td></tr>" for o in owners)
+    return text + ("<table class='bm-notes'><tr><th>sample owner</th><th>notes</th><th>latest</th></tr>"
+                   + rows + "</table>")
+
+
+def panel_html(result: dict[str, Any] | None, with_answer: bool = False) -> str:
+    """One requester's view: (answer,) gate decision, memories read, notes kept out."""
+    parts = []
+    if with_answer:
+        if result and "error" in result:
+            body = f"⚠ <b>{esc(result['error'])}</b> — {esc(result['message'])}"
+        elif result:
+            body = esc(result["answer"])
+        else:
+            body = "<span class='bm-empty'>The answer appears here.</span>"
+        parts.append(f"<div class='bm-label'>Answer</div><div class='bm-answer'>{body}</div>")
+    ok = result if result and "error" not in result else None
+    parts += ["<div class='bm-label'>Gate decision</div>", gate_html(ok["gate"] if ok else None),
+              "<div class='bm-label'>Memories the LLM may read (gated in)</div>", notes_html(ok),
+              "<div class='bm-label'>Kept out by the gate (owner, count, latest — never content)</div>",
+              gated_out_html(ok)]
+    return "<div class='bm-panel'>" + "".join(parts) + "</div>"
+
+
+def asker(gate: dict[str, Any]) -> str:
+    """Who asked, as the gate decided: "Ana (similarity 0.81 ≥ τ 0.43)" or "unrecognised"."""
+    if not gate["matched"]:
+        return "✗ **Unrecognised requester** (no match: no memory is read or stored)"
+    own = gate["admitted"][0]["score"]
+    return f"✓ **{gate['label']}** (similarity {own:.2f} ≥ τ {gate['threshold']:.2f})"
+
+
+def chat_messages(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """One ask or remember as chat messages: who asked (the gate's decision) with their words, then
+    the answer, or for a remember the stored note (shown as a note, not as an answer)."""
+    if result["kind"] == "remember":
+        note = result["note"]
+        tags = f"tags: {', '.join(note['tags'])}. " if note["tags"] else ""
+        return [{"role": "user", "content": f"✓ **{result['owner']}** · remember\n\n{result['question']}"},
+                {"role": "assistant", "content": f"{tags}Only a probe of {result['owner']} can bring it back.",
+                 "metadata": {"title": f"✎ Stored as note {note['id']} for {result['owner']}"}}]
+    used, out = len(result["notes"]), result["gated_out"]
+    caption = (f"{plural(used, 'memory', 'memories')} read · {out['total']} kept out" if out is not None
+               else "no memory read")
+    return [{"role": "user", "content": f"{asker(result['gate'])}\n\n{result['question']}"},
+            {"role": "assistant", "content": f"{result['answer']}\n\n*{caption}*"}]
+
+
+def compare_chart(result: dict[str, Any] | None) -> str:
+    """Both requesters' similarity to each sample person against τ, as a small SVG dot plot; empty
+    unless the disclosure shows scores on both sides."""
+    gates = [((result or {}).get(key) or {}).get("gate") or {} for key in ("a", "b")]
+    if any(gate.get("scores") is None for gate in gates):
+        return ""
+    labels = list(dict.fromkeys(s["label"] for gate in gates for s in gate["scores"]))[:MAX_SCORE_ROWS]
+    if not labels:
+        return ""
+    tau = gates[0]["threshold"]
+    a, b = ({s["label"]: s["score"] for s in gate["scores"]} for gate in gates)
+    left, width, row = 90, 300, 22
+    bottom = 26 + row * len(labels)
+
+    def x(value: float) -> float:
+        return left + width * (max(-0.2, min(1.0, value)) + 0.2) / 1.2
+
+    parts = [f"<line x1='{x(tau):.1f}' y1='14' x2='{x(tau):.1f}' y2='{bottom - 8}' class='bm-c-tau'/>",
+             f"<text x='{x(tau) + 3:.1f}' y='12' class='bm-c-text'>τ {tau:.2f}</text>"]
+    parts += [f"<text x='{x(t):.1f}' y='{bottom + 6}' text-anchor='middle' class='bm-c-text'>{t:g}</text>"
+              for t in (0, 0.5, 1)]
+    for n, label in enumerate(labels):
+        y = 26 + row * n
+        parts.append(f"<text x='{left - 6}' y='{y + 4}' text-anchor='end' class='bm-c-text'>{esc(label)}</text>"
+                     f"<line x1='{left}' y1='{y}' x2='{left + width}' y2='{y}' class='bm-c-grid'/>")
+        if label in a:
+            parts.append(f"<circle cx='{x(a[label]):.1f}' cy='{y}' r='5' class='bm-c-a'><title>A: {a[label]:.2f}</title></circle>")
+        if label in b:
+            parts.append(f"<rect x='{x(b[label]) - 4.5:.1f}' y='{y - 4.5}' width='9' height='9' class='bm-c-b'>"
+                         f"<title>B: {b[label]:.2f}</title></rect>")
+    return (f"<div class='bm-chart'><div class='bm-meta'>Similarity of each probe to each sample person "
+            f"(● requester A, ■ requester B); the gate admits only what lies right of the red τ line.</div>"
+            f"<svg viewBox='0 0 {left + width + 10} {bottom + 10}' role='img' "
+            f"aria-label='similarity of both requesters to each sample person against tau'>{''.join(parts)}</svg></div>")
+
+
+def note_rows(notes: list[Any]) -> list[list[Any]]:
+    """The requester's notes as table rows: id, time, memory, tags."""
+    return [[n.id, when(n.timestamp), n.content, ", ".join(n.tags)] for n in notes]
+
+
+def calibration_text(report: Any, current: float) -> str:
+    """A calibration report's table with this store's τ for its encoder."""
+    return (report.table() + f"\n\nThis store's τ for `{report.modality}`: **{current:.4f}** "
+            "(the gate admits similarity ≥ τ).")

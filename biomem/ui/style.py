@@ -1,0 +1,71 @@
+"""The demo's look and words: CSS, theme, the introduction and the plain-language glosses."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+TITLE = "Bio-Memory"
+
+INTRO = """\
+# Bio-Memory — one agent, many people, each with their own memories
+Every memory belongs to a face or palmprint. When someone asks, their probe is matched first (the
+**gate**); only the matched person's memories may reach the LLM — **a stranger gets none**.
+Try it: **Load demo**, then **Compare** the same question as Ana and as a stranger, then **Chat**
+with a probe per message (upload, webcam or a sample person). Probe images are used once, then deleted.
+"""
+
+GLOSS = ("**Probe**: the face or palm photo that shows who is asking. **Similarity**: how alike the probe "
+         "and an enrolled person's photos are, from 0 (unrelated) to 1 (identical; the cosine of their "
+         "embeddings). **Threshold τ**: the similarity a probe must reach to count as that person.")
+
+THEME = gr.themes.Soft(  # system fonts: no request to a font CDN from the visitor's browser
+    font=["ui-sans-serif", "system-ui", "Segoe UI", "Roboto", "Helvetica", "Arial", "sans-serif"],
+    font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"])
+
+CSS = """
+.bm-verdict {font-size: 1.05em; padding: 8px 10px; border-radius: 8px; margin-bottom: 6px;}
+.bm-ok {background: rgba(34,160,90,.14); border: 1px solid rgba(34,160,90,.45);}
+.bm-no {background: rgba(210,60,60,.12); border: 1px solid rgba(210,60,60,.45);}
+.bm-meta {font-size: .85em; opacity: .8; margin: 4px 0 6px;}
+.bm-empty {font-size: .9em; opacity: .7; padding: 6px 2px;}
+.bm-panel table.bm-scores, .bm-panel table.bm-notes {width: 100%; border-collapse: collapse;
+  font-size: .9em; margin: 0; border: none !important;}
+.bm-panel table tr {border: none !important;}
+.bm-panel table th, .bm-panel table td {border: none !important; text-align: left; padding: 3px 6px;
+  border-bottom: 1px solid var(--border-color-primary) !important; vertical-align: top;}
+.bm-panel table th {font-weight: 600; opacity: .7; font-size: .92em;}
+.bm-num {font-variant-numeric: tabular-nums; white-space: nowrap;}
+.bm-time {white-space: nowrap; opacity: .8;}
+.bm-who {white-space: nowrap; font-weight: 600;}
+.bm-barcell {width: 45%;}
+.bm-bar {position: relative; height: 12px; border-radius: 6px; background: rgba(128,128,128,.18);
+  margin-top: 3px;}
+.bm-fill {height: 100%; border-radius: 6px; background: rgba(128,128,128,.55);}
+.bm-in .bm-fill {background: rgb(34,160,90);}
+.bm-above .bm-fill {background: rgb(220,160,40);}
+.bm-tau {position: absolute; top: -3px; bottom: -3px; width: 2px; background: rgb(210,60,60);}
+.bm-mark {font-size: .85em; opacity: .8; white-space: nowrap;}
+.bm-more {font-size: .85em; opacity: .7;}
+.bm-status {font-size: .92em; line-height: 1.6; padding: 10px 12px; border-radius: 8px;
+  border: 1px solid var(--border-color-primary); background: var(--background-fill-secondary); height: 100%;}
+
+.bm-panel {display: flex; flex-direction: column; gap: 2px;}
+.bm-label {font-size: .78em; text-transform: uppercase; letter-spacing: .04em; opacity: .65;
+  margin-top: 10px; font-weight: 600;}
+.bm-answer {font-size: 1.1em; padding: 8px 10px; border-radius: 8px;
+  background: var(--background-fill-secondary); border: 1px solid var(--border-color-primary);}
+.bm-hint {font-size: .85em; opacity: .75;}
+#bm-samples-a button, #bm-samples-b button, .bm-samples button {min-width: 0 !important;}
+.bm-gloss {font-size: .85em; opacity: .8;}
+.bm-chart svg {width: 100%; max-width: 520px; height: auto;}
+.bm-c-text {font-size: 11px; fill: currentColor; opacity: .8;}
+.bm-c-grid {stroke: rgba(128,128,128,.3); stroke-width: 1;}
+.bm-c-tau {stroke: rgb(210,60,60); stroke-width: 2;}
+.bm-c-a {fill: rgb(40,110,220);}
+.bm-c-b {fill: rgb(230,140,30);}
+@media (max-width: 640px) {
+  #bm-top {flex-direction: column !important;}
+  #bm-top > * {min-width: 0 !important; width: 100% !important;}
+  .bm-status {word-break: normal; overflow-wrap: anywhere;}
+}
+"""
