@@ -5,9 +5,8 @@
 #   docker run --rm -p 7860:7860 -v biomem-data:/home/user/data biomem
 #   docker run ... -e BIOMEM_LLM=openai:gpt-4o-mini -e OPENAI_API_KEY=... biomem   # a real LLM
 #
-# Configuration: BIOMEM_DB, BIOMEM_ENCODER, BIOMEM_LLM, BIOMEM_POLICY, BIOMEM_TAU,
-# BIOMEM_LOAD_DEMO, BIOMEM_ADMIN, BIOMEM_DISCLOSURE, BIOMEM_ATTEMPTS, BIOMEM_KEY, OPENAI_BASE_URL,
-# OPENAI_API_KEY (see app.py and the README). The image is the public demo: it loads the sample
+# Configuration: the environment variables of biomem.settings (the README's "Configuration"
+# table; `python -m biomem.settings` prints it). The image is the public demo: it loads the sample
 # people and shows them transparently (BIOMEM_DISCLOSURE=demo, which never shows a real
 # enrolment); for real people run it with -e BIOMEM_DISCLOSURE=private -e BIOMEM_LOAD_DEMO=0.
 
