@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 from biomem.demo import DEMO_PEOPLE  # noqa: E402
 from biomem.eval.locomo import load_locomo  # noqa: E402
 from biomem.eval.metrics import ADVERSARIAL, TEMPORAL, amem_f1  # noqa: E402
-from biomem.llm import ABSTAIN_BELOW, OfflineLLM, _spoken_date  # noqa: E402
+from biomem.llm import ABSTAIN_BELOW, OfflineLLM, spoken_date  # noqa: E402
 from biomem.store import Note  # noqa: E402
 from biomem.textenc import TextEncoder  # noqa: E402
 from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
@@ -52,7 +52,7 @@ def locomo_scores(data: Path, k: int, llm: OfflineLLM, text: TextEncoder) -> lis
             asked = text.encode_one(question.question)
             top = np.argsort(-(vectors @ asked), kind="stable")[:k]
             note, sentence, score = llm.best_sentence(question.question, [notes[i] for i in top], asked)
-            answer = _spoken_date(note.timestamp) if question.category == TEMPORAL else sentence
+            answer = spoken_date(note.timestamp) if question.category == TEMPORAL else sentence
             gold = question.answer if question.category != ADVERSARIAL else None
             rows.append({"category": question.category, "score": score,
                          "f1": amem_f1(answer, gold) if gold is not None else None})

@@ -25,9 +25,9 @@ from .errors import (
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Answer": ".memory", "BioMemory": ".memory", "SearchResult": ".memory",
+    "BioMemory": ".memory", "Answer": ".results", "SearchResult": ".results",
     "GateResult": ".gate", "Probe": ".gate",
-    "Identity": ".store", "Note": ".store",
+    "Identity": ".records", "Note": ".records",
 }
 
 

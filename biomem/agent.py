@@ -15,7 +15,8 @@ import numpy as np
 
 from .llm import LLM, Draft
 from .partitions import Partitions
-from .store import Note, Store
+from .records import Note
+from .store import Store
 from .textenc import TextEncoder
 
 

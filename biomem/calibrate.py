@@ -38,7 +38,6 @@ Thresholds. The gate admits a probe when cos >= τ, so FMR(τ) is the share of i
 from __future__ import annotations
 
 import logging
-import shlex
 import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -47,11 +46,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from PIL import Image
 from scipy.stats import gaussian_kde
 
 import modalities
 
+from . import calibration_plot
+from .calibration_data import (
+    encode_all,
+    genuine_scores,
+    identity_folders,
+    impostor_scores,
+    pair_cosines,
+    read_pairs,
+    stack_vectors,
+)
 from .errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -62,8 +70,6 @@ log = logging.getLogger(__name__)
 MIN_SCORES = 2  # the fewest scores of each kind a density can be estimated from
 GRID_POINTS = 2048  # KDE evaluation grid over the score range
 KDE_BINS = 16384  # scores are binned this finely (per kind) before the KDE: exact far below the bandwidth, fast for 200k
-PAIR_CHUNK = 1 << 22  # floats gathered at once when scoring pairs (16 MB)
-HIST_BINS = 100
 
 
 @dataclass(frozen=True)
@@ -142,52 +148,12 @@ class CalibrationReport:
         return "\n".join(lines)
 
     def det_curve(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(FMR, FNMR, τ) at every distinct score, τ ascending: the detection error trade-off of a
-        gate that admits scores >= τ, from every impostor admitted to (nearly) none."""
-        taus = np.unique(np.concatenate([self.genuine_scores, self.impostor_scores]))
-        fmr = 1.0 - np.searchsorted(np.sort(self.impostor_scores), taus, side="left") / self.impostor
-        fnmr = np.searchsorted(np.sort(self.genuine_scores), taus, side="left") / self.genuine
-        return fmr, fnmr, taus
+        """(FMR, FNMR, τ) at every distinct score, τ ascending (see biomem.calibration_plot)."""
+        return calibration_plot.det_curve(self)
 
     def plot(self, path: str | Path) -> Path:
-        """Write a PNG of both score histograms (density-normalised) with each τ marked, and the DET
-        curve (FNMR against FMR, log scales) with the same τ as points: to see the choice."""
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-
-        fig = Figure(figsize=(13, 5), layout="constrained")
-        FigureCanvasAgg(fig)  # Agg without pyplot: no global state, safe in threads and headless
-        ax, det = fig.subplots(1, 2, width_ratios=(3, 2))
-        edges = np.histogram_bin_edges(np.concatenate([self.impostor_scores, self.genuine_scores]), HIST_BINS)
-        ax.hist(self.impostor_scores, bins=edges, density=True, alpha=0.5, color="tab:red",
-                label=f"impostor ({self.impostor:,})")
-        ax.hist(self.genuine_scores, bins=edges, density=True, alpha=0.5, color="tab:green",
-                label=f"genuine ({self.genuine:,})")
-        # Zero error rates cannot sit on a log axis: they are drawn at half of one error in n.
-        floor_fmr, floor_fnmr = 0.5 / self.impostor, 0.5 / self.genuine
-        fmr, fnmr, _ = self.det_curve()
-        det.step(np.maximum(fmr, floor_fmr), np.maximum(fnmr, floor_fnmr), where="post", color="tab:blue")
-        for point, style, marker, name in ((self.intersection, "-", "o", "τ intersection"),
-                                           (self.at_fmr, "--", "s", f"τ at FMR ≤ {self.target_fmr:g}"),
-                                           (self.at_eer, ":", "^", f"τ at EER {self.eer:.2%}")):
-            label = f"{name} = {point.tau:.4f} (FMR {point.fmr:.1e}, FNMR {point.fnmr:.1e})"
-            ax.axvline(point.tau, color="black", linestyle=style, label=label)
-            det.plot(max(point.fmr, floor_fmr), max(point.fnmr, floor_fnmr), marker=marker, color="black",
-                     linestyle="none", label=name)
-        ax.set_xlabel("cosine score")
-        ax.set_ylabel("density")
-        ax.set_title(f"{self.modality or 'scores'}: genuine vs impostor")
-        ax.legend(fontsize="small")
-        det.set_xscale("log")
-        det.set_yscale("log")
-        det.set_xlabel("false match rate (FMR)")
-        det.set_ylabel("false non-match rate (FNMR)")
-        det.set_title("DET curve (zeros drawn at 0.5 / n)")
-        det.grid(True, which="both", alpha=0.3)
-        det.legend(fontsize="small")
-        path = Path(path)
-        fig.savefig(path, format="png", dpi=120)
-        return path
+        """Write a PNG of the score histograms and the DET curve, each τ marked (see biomem.calibration_plot)."""
+        return calibration_plot.plot(self, path)
 
 
 def calibrate_scores(genuine: Sequence[float] | np.ndarray, impostor: Sequence[float] | np.ndarray, *,
@@ -231,19 +197,19 @@ def calibrate_folder(encoder: modalities.Encoder | str, data_dir: str | Path, *,
     if not root.is_dir():
         raise InvalidInputError(f"calibration data folder not found: {root}")
     if pairs is None:
-        folders = _identity_folders(root)
-        vectors, refused = _encode_all(encoder, root, [p for paths in folders.values() for p in paths])
+        folders = identity_folders(root)
+        vectors, refused = encode_all(encoder, root, [p for paths in folders.values() for p in paths])
         sizes = [n for n in (sum(p in vectors for p in paths) for paths in folders.values()) if n]
-        matrix = _stack(vectors, root)
-        genuine = _genuine_scores(matrix, sizes)
-        impostor, total = _impostor_scores(matrix, sizes, max_impostors, np.random.default_rng(seed))
+        matrix = stack_vectors(vectors, root)
+        genuine = genuine_scores(matrix, sizes)
+        impostor, total = impostor_scores(matrix, sizes, max_impostors, np.random.default_rng(seed))
         extra: dict[str, Any] = {"identities": len(sizes), "impostor_total": total}
     else:
-        rows = _read_pairs(Path(pairs))
-        vectors, refused = _encode_all(encoder, root, list(dict.fromkeys(p for a, b, _ in rows for p in (a, b))))
+        rows = read_pairs(Path(pairs))
+        vectors, refused = encode_all(encoder, root, list(dict.fromkeys(p for a, b, _ in rows for p in (a, b))))
         kept = [(a, b, same) for a, b, same in rows if a in vectors and b in vectors]
-        matrix, index = _stack(vectors, root), {path: n for n, path in enumerate(vectors)}
-        scores = _pair_cosines(matrix, np.array([index[a] for a, _, _ in kept], dtype=np.int64),
+        matrix, index = stack_vectors(vectors, root), {path: n for n, path in enumerate(vectors)}
+        scores = pair_cosines(matrix, np.array([index[a] for a, _, _ in kept], dtype=np.int64),
                                np.array([index[b] for _, b, _ in kept], dtype=np.int64))
         same = np.array([s for _, _, s in kept], dtype=bool)
         genuine, impostor = scores[same], scores[~same]
@@ -380,96 +346,3 @@ def _point(tau: float, g: np.ndarray, i: np.ndarray, how: str) -> OperatingPoint
     false_non_matches = int(np.searchsorted(g, tau, side="left"))
     return OperatingPoint(tau=float(tau), fmr=false_matches / i.size, fnmr=false_non_matches / g.size,
                           false_matches=false_matches, false_non_matches=false_non_matches, how=how)
-
-
-def _genuine_scores(matrix: np.ndarray, sizes: list[int]) -> np.ndarray:
-    """Cosines of every same-identity pair: the upper triangle of each identity's Gram block."""
-    starts = np.cumsum([0, *sizes[:-1]])
-    return np.concatenate([(matrix[s:s + n] @ matrix[s:s + n].T)[np.triu_indices(n, 1)]
-                           for s, n in zip(starts, sizes)])
-
-
-def _impostor_scores(matrix: np.ndarray, sizes: list[int], cap: int | None,
-                     rng: np.random.Generator) -> tuple[np.ndarray, int]:
-    """Cosines of all cross-identity pairs, or of a uniform sample of `cap` distinct ones; and their total.
-
-    Rows are grouped by identity, so the pairs (a, b) with b in a later identity than a are numbered
-    0..total-1 in order of a; a sampled number maps back to its pair without listing the others.
-    """
-    ends = np.repeat(np.cumsum(sizes), sizes)  # one past the last row of each row's identity
-    offsets = np.concatenate([[0], np.cumsum(len(matrix) - ends)])
-    total = int(offsets[-1])
-    if cap is None or total <= cap:
-        numbers = np.arange(total)
-    else:
-        numbers = np.sort(rng.choice(total, size=cap, replace=False))
-    first = np.searchsorted(offsets, numbers, side="right") - 1
-    return _pair_cosines(matrix, first, ends[first] + numbers - offsets[first]), total
-
-
-def _pair_cosines(matrix: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise dot products of matrix[a] and matrix[b] (unit vectors: cosines), in bounded chunks."""
-    out = np.empty(len(a), dtype=np.float64)
-    step = max(1, PAIR_CHUNK // matrix.shape[1])
-    for start in range(0, len(a), step):
-        rows = slice(start, start + step)
-        out[rows] = np.einsum("ij,ij->i", matrix[a[rows]], matrix[b[rows]])
-    return out
-
-
-# ---- data -------------------------------------------------------------------------------------------------
-
-
-def _identity_folders(root: Path) -> dict[str, list[str]]:
-    """{identity: image paths relative to root} for every non-hidden sub-folder, sorted for reproducibility."""
-    suffixes = Image.registered_extensions()
-    folders = {d.name: sorted(f"{d.name}/{f.name}" for f in d.iterdir()
-                              if f.is_file() and f.suffix.lower() in suffixes and not f.name.startswith("."))
-               for d in sorted(root.iterdir()) if d.is_dir() and not d.name.startswith(".")}
-    if not any(folders.values()):
-        raise InvalidInputError(f"{root} holds no identity folders with images (expected DIR/<identity>/<images>)")
-    return folders
-
-
-def _read_pairs(path: Path) -> list[tuple[str, str, bool]]:
-    """(path_a, path_b, same identity) per line of a pairs file: `path_a path_b 1|0`, `#` comments."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidInputError(f"cannot read the pairs file {path}: {exc}") from None
-    rows = []
-    for number, line in enumerate(text.splitlines(), 1):
-        try:
-            parts = shlex.split(line, comments=True)
-        except ValueError as exc:
-            raise InvalidInputError(f"{path}:{number}: {exc}") from None
-        if not parts:
-            continue
-        if len(parts) != 3 or parts[2] not in ("0", "1"):
-            raise InvalidInputError(f"{path}:{number}: expected `path_a path_b 1|0`, got {line.strip()!r}")
-        rows.append((parts[0], parts[1], parts[2] == "1"))
-    if not rows:
-        raise InvalidInputError(f"the pairs file {path} lists no pairs")
-    return rows
-
-
-def _encode_all(encoder: modalities.Encoder, root: Path, paths: list[str]) -> tuple[dict[str, np.ndarray],
-                                                                                   dict[str, str]]:
-    """Embed each image once; images the encoder refuses are recorded with the reason, not fatal."""
-    vectors: dict[str, np.ndarray] = {}
-    refused: dict[str, str] = {}
-    for done, path in enumerate(paths, 1):
-        try:
-            vectors[path] = encoder.encode(str(root / path))
-        except InvalidInputError as exc:
-            refused[path] = f"{type(exc).__name__}: {exc}"
-        if done % 500 == 0:
-            log.info("encoded %d/%d images (%d refused)", done, len(paths), len(refused))
-    return vectors, refused
-
-
-def _stack(vectors: dict[str, np.ndarray], root: Path) -> np.ndarray:
-    """The embeddings as one float32 matrix, rows in insertion order."""
-    if not vectors:
-        raise InvalidInputError(f"the encoder refused every image under {root}: nothing to calibrate on")
-    return np.stack(list(vectors.values())).astype(np.float32, copy=False)

@@ -139,7 +139,16 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     parser.add_argument("--policy", default=settings.policy, choices=["best", "all"],
                         help="gate policy (default $BIOMEM_POLICY or best)")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_memory_commands(sub)
+    _add_store_commands(sub)
+    _add_calibrate_command(sub)
+    _add_sample_commands(sub)
+    add_eval_parser(sub)
+    return parser
 
+
+def _add_memory_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """enroll, add, search, ask and forget: a person and their memories."""
     p = sub.add_parser("enroll", help="create an identity from one or more images")
     p.add_argument("label")
     p.add_argument("images", nargs="+")
@@ -168,6 +177,9 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     who.add_argument("--identity", type=int, help="identity id (operator)")
     p.set_defaults(func=cmd_forget)
 
+
+def _add_store_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """rekey, stats and encoders: the store's key, its counts and the encoders it can use."""
     p = sub.add_parser("rekey", help="re-seal every template under a new key (renewability)")
     p.add_argument("--key-file", default=None, help="where to write the new key (default: the key file)")
     p.set_defaults(func=cmd_rekey)
@@ -176,6 +188,9 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     sub.add_parser("encoders", help="the biometric encoders the registry knows, as JSON") \
         .set_defaults(func=cmd_encoders)
 
+
+def _add_calibrate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """calibrate: an encoder's τ from genuine and impostor scores on the user's data."""
     p = sub.add_parser("calibrate", help="genuine/impostor scores of an encoder on your data; τ, EER")
     p.add_argument("--modality", required=True, help="encoder name, e.g. face-arcface-s")
     p.add_argument("--data", required=True, help="identity-per-folder image set (or the root of --pairs)")
@@ -187,14 +202,16 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     p.add_argument("--step-up", action="store_true",
                    help="store it as the stricter step-up τ of destructive actions (use a lower --fmr)")
     p.set_defaults(func=cmd_calibrate)
+
+
+def _add_sample_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """samples and demo: the sample faces shipped here, as a calibration set or a demonstration."""
     p = sub.add_parser("samples", help="write the sample faces available offline as a calibration set")
     p.add_argument("folder", help="written as folder/person-NN/<photo>-<capture>.png")
     p.add_argument("--captures", type=int, default=8, help="the photo plus augmented captures of it, per photo")
     p.set_defaults(func=cmd_samples)
     sub.add_parser("demo", help="enrol sample faces, add memories, ask as owner and stranger") \
         .set_defaults(func=cmd_demo)
-    add_eval_parser(sub)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,7 +34,7 @@ def import_locomo(mem: BioMemory, path: str | Path, conversations: int = 10, *, 
                   progress: Progress | None = None) -> list[Imported]:
     """Import the first `conversations` of LoCoMo's JSON at `path` into `mem`; a conversation
     already imported (same label) is skipped. `palm`: the palm encoder, else sample faces."""
-    from .eval.locomo import load_locomo
+    from .eval.locomo_data import load_locomo
 
     progress = progress or (lambda fraction, desc: None)
     file = Path(path).expanduser()

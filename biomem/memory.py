@@ -4,15 +4,16 @@
     alice = mem.enroll("alice", ["alice1.jpg", "alice2.jpg"])
     mem.add("My PIN is 1234", identity=alice.id)       # trusted import
     mem.search("what is my PIN?", probe="alice3.jpg")  # only Alice's notes can come back
+
+The biometric calls (enroll, identify, verify, threshold…) are biomem.biometrics'; the result
+types SearchResult and Answer, biomem.results', are re-exported here.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,99 +22,25 @@ import numpy as np
 import modalities
 
 from .agent import MemoryAgent
-from .disclosure import DISCLOSURES, gate_view, kept_out_view, linked_view, note_view, people_view
-from .enrolment import check_captures_fit, check_not_enrolled, check_one_person
-from .errors import (
-    DisclosureError,
-    InvalidInputError,
-    ModalityMismatchError,
-    StepUpRequiredError,
-    StoreCorruptError,
-    UnknownIdentityError,
-    UnknownModalityError,
-)
-from .gate import FUSIONS, POLICIES, Gate, GateResult, Probe, fuse
+from .biometrics import Biometrics, Clients
+from .disclosure import DISCLOSURES, gate_view, kept_out_view, people_view
+from .encoders import EncoderCache
+from .errors import DisclosureError, InvalidInputError, StoreCorruptError
+from .gate import FUSIONS, POLICIES, Gate, GateResult
 from .limits import AttemptLimiter, AttemptLimits
 from .llm import LLM, answer_prompt, make_llm
 from .partitions import Partitions
+from .records import Note, check_id
+from .results import Answer, SearchResult
 from .settings import Settings
-from .store import Identity, Note, Store, check_id
+from .store import Store
 from .textenc import TextEncoder
 from .timeparse import parse_timestamp
 
-log = logging.getLogger(__name__)
-
-Clients = str | Sequence[str] | None  # a requester's keys for attempt limits: session, address
 DEFAULT_ENCODER = "face-arcface-s"  # the paper's face encoder (ArcFace, insightface buffalo_s)
 
 
-@dataclass
-class SearchResult:
-    """Retrieval under the gate: the decision, the admitted top-K, how many notes stayed out.
-
-    `gate` is the full decision for trusted in-process code (evaluation, tests); `as_dict()`
-    is what a requester may be shown, under the store's disclosure policy. `linked` holds the
-    notes reached through the hits' links (A-Mem's Zettelkasten), each with the id of the hit
-    it came from; always notes of the hit's owner.
-    """
-
-    gate: GateResult
-    notes: list[tuple[Note, float]]
-    gated_out: int
-    view: dict[str, Any] = field(default_factory=dict)  # disclosed gate and kept-out views
-    linked: list[tuple[Note, int]] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"results": [note_view(n, s) for n, s in self.notes], **linked_view(self.linked), **self.view}
-
-
-@dataclass
-class Answer:
-    """An answer, the notes it was allowed to read (hits, then linked notes with the hit they came
-    from), the gate decision and the exact prompt."""
-
-    text: str
-    notes: list[tuple[Note, float]]
-    gate: GateResult
-    prompt: str
-    gated_out: int = 0
-    view: dict[str, Any] = field(default_factory=dict)
-    linked: list[tuple[Note, int]] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"answer": self.text, "results": [note_view(n, s) for n, s in self.notes], **linked_view(self.linked),
-                **self.view}
-
-
-@dataclass
-class _Probes:
-    """Lazily created biometric encoders, one per modality name (one lock per name, so a slow
-    first load of one encoder never holds up requests that use another)."""
-
-    encoders: dict[str, modalities.Encoder] = field(default_factory=dict)
-    locks: dict[str, threading.Lock] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def info(self, name: str) -> modalities.EncoderInfo:
-        """Metadata of a loaded encoder instance, else the registry's (UnknownEncoderError, an
-        UnknownModalityError, for a name it does not know)."""
-        encoder = self.encoders.get(name)
-        return encoder.info if encoder is not None else modalities.info(name)
-
-    def get(self, name: str) -> modalities.Encoder:
-        encoder = self.encoders.get(name)
-        if encoder is not None:
-            return encoder
-        modalities.info(name)  # an unknown name is a typed error before any lock is held
-        with self.lock:
-            lock = self.locks.setdefault(name, threading.Lock())
-        with lock:
-            if name not in self.encoders:
-                self.encoders[name] = modalities.create(name)
-            return self.encoders[name]
-
-
-class BioMemory:
+class BioMemory(Biometrics):
     """Identity-gated agentic memory over one SQLite file.
 
     path: the database file; derived indexes live in `<path>.index/`.
@@ -158,7 +85,7 @@ class BioMemory:
         self.text = (text_model if isinstance(text_model, TextEncoder)
                      else TextEncoder(text_model or settings.text_model))
         self._check_text_model()
-        self._encoders = _Probes()
+        self._encoders = EncoderCache()
         if isinstance(encoder, modalities.Encoder):
             self._encoders.encoders[encoder.name] = encoder
             encoder = encoder.name
@@ -207,183 +134,6 @@ class BioMemory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # ---- biometrics -------------------------------------------------------------------------
-
-    def encoder(self, modality: str | None = None) -> modalities.Encoder:
-        """The (cached) encoder of `modality`, default the store's."""
-        return self._encoders.get(modality or self.modality)
-
-    def probe(self, sample: Any, modality: str | None = None) -> Probe:
-        """A Probe from an image (path, bytes, array, PIL) through the encoder, or as given."""
-        if isinstance(sample, Probe):
-            if modality and sample.modality != modality:
-                raise ModalityMismatchError(f"probe is {sample.modality!r}, expected {modality!r}")
-            return sample
-        name = modality or self.modality
-        return Probe(self.encoder(name).encode(sample), name)
-
-    def threshold(self, modality: str | None = None, *, step_up: bool = False) -> float:
-        """τ of `modality`: the calibrated value stored in the DB, else the encoder's default.
-
-        step_up: the stricter τ that destructive or broad actions need (never below τ).
-        """
-        name = modality or self.modality
-        stored = self.store.threshold(name)
-        tau = stored[0] if stored else self._encoders.info(name).default_threshold
-        if not step_up:
-            return tau
-        strict = self.store.threshold(name, step_up=True)
-        if strict:
-            return max(tau, strict[0])
-        try:
-            default = self._encoders.info(name).step_up_threshold
-        except UnknownModalityError:  # precomputed probes of an unregistered modality
-            default = None
-        return max(tau, tau if default is None else default)
-
-    def set_threshold(self, tau: float, modality: str | None = None, source: str = "manual", *,
-                      step_up: bool = False) -> None:
-        """Store τ (or the step-up τ) for `modality`, for example from calibration."""
-        if not -1.0 <= float(tau) <= 1.0:
-            raise InvalidInputError(f"τ is a cosine and must lie in [-1, 1], got {tau}")
-        name = modality or self.modality
-        self.store.set_threshold(name, float(tau), source, step_up=step_up)
-
-    def probes(self, probe: Any) -> list[Probe]:
-        """One or more Probes from a sample, a Probe, a list of them, or {modality: sample}."""
-        if probe is None:
-            raise InvalidInputError("a probe is needed")
-        if isinstance(probe, dict):
-            probes = [self.probe(sample, modality) for modality, sample in probe.items()]
-        elif isinstance(probe, (list, tuple)):
-            probes = [self.probe(sample) for sample in probe]
-        else:
-            probes = [self.probe(probe)]
-        if not probes:
-            raise InvalidInputError("a probe is needed")
-        enrolled = self.gate.modalities()
-        for p in probes:
-            if enrolled and p.modality not in enrolled:
-                raise ModalityMismatchError(f"no {p.modality!r} templates in this store; "
-                                            f"enrolled modalities: {', '.join(enrolled)}")
-        return probes
-
-    def identify(self, probe: Any, *, policy: str | None = None, fusion: str | None = None,
-                 client: Clients = None) -> GateResult:
-        """Run the gate: which identities may this requester's notes come from.
-
-        A probe of several modalities (a list, or {modality: sample}) is fused (`fusion`).
-        client: the requester's keys (session, address) for attempt limits: a client in
-        cool-down is refused before any encoder runs, and a non-match counts as a miss.
-        """
-        policy = policy or self.policy
-        self.limiter.check(client)
-        probes = self.probes(probe)
-        if len(probes) == 1:
-            result = self.gate.decide(probes[0], self.threshold(probes[0].modality), policy)
-        else:
-            parts = [self.gate.decide(p, self.threshold(p.modality), "all") for p in probes]
-            result = fuse(parts, fusion or self.fusion, policy)
-        result.labels = {i: self.store.identity(i).label for i in result.admitted}
-        if not result.matched:
-            self.limiter.miss(client)
-        return result
-
-    def _owner(self, probe: Any, client: Clients = None) -> int:
-        gate = self.identify(probe, policy="best", client=client)
-        if gate.identity is None:
-            raise UnknownIdentityError("the probe matches no enrolled identity")
-        return gate.identity
-
-    def verify(self, probe: Any, action: str = "this action", *, client: Clients = None) -> int:
-        """Step-up: the identity a fresh probe proves at the stricter τ, with a probe of every
-        modality that identity enrolled; StepUpRequiredError otherwise."""
-        self.limiter.check(client)
-        probes = self.probes(probe)
-        decided = {self.gate.decide(p, self.threshold(p.modality, step_up=True), "best").identity for p in probes}
-        owner = decided.pop() if len(decided) == 1 else None
-        if owner is None:
-            self.limiter.miss(client)
-            raise StepUpRequiredError(f"{action} needs a fresh, clear probe of you (a stricter match than "
-                                      "asking): nothing was changed")
-        missing = set(self.store.modalities(owner)) - {p.modality for p in probes}
-        if missing:
-            raise StepUpRequiredError(f"{action} needs a probe of each kind you enrolled "
-                                      f"({', '.join(sorted(missing))} missing): nothing was changed")
-        return owner
-
-    def enroll(self, label: str, samples: Iterable[Any], modality: str | None = None, *,
-               sample: bool = False) -> Identity:
-        """Create an identity from one or more captures (images or Probes of one modality).
-
-        Refused, with nothing written, when the samples do not all show one person
-        (InconsistentSamplesError), when that person is already enrolled
-        (AlreadyEnrolledError) or when the label is taken (DuplicateLabelError).
-        sample: mark a demo person, whom the "demo" disclosure may show.
-        """
-        if not isinstance(label, str) or not label.strip():
-            raise InvalidInputError("an identity needs a non-empty label")
-        probes = [self.probe(s, modality) for s in self._as_list(samples)]
-        if not probes:
-            raise InvalidInputError("enrolment needs at least one sample")
-        names = {p.modality for p in probes}
-        if len(names) > 1:
-            raise ModalityMismatchError(f"enrol one modality at a time, got {sorted(names)}")
-        name = names.pop()
-        tau = self.threshold(name)
-        self._check_dims(probes)
-        check_one_person(probes, tau)
-        with self._enrolling:
-            check_not_enrolled(self.gate, probes, tau)
-            return self.store.add_identity(label.strip(), name, np.stack([p.embedding for p in probes]),
-                                           sample=sample)
-
-    def add_templates(self, identity_id: int, samples: Iterable[Any], modality: str | None = None, *,
-                      probe: Any = None, client: Clients = None) -> None:
-        """Add captures to an identity: each must be that person's and nobody else's.
-
-        With `probe`, the requester proves by step-up that they are `identity_id` (the way to
-        add a first palm to a face-enrolled identity); without it, a trusted operator call.
-        """
-        identity_id = self.store.identity(identity_id).id
-        if probe is not None and self.verify(probe, "Adding captures", client=client) != identity_id:
-            raise StepUpRequiredError("the probe does not prove this identity: nothing was added")
-        probes = [self.probe(s, modality) for s in self._as_list(samples)]
-        if not probes:
-            raise InvalidInputError("add_templates needs at least one sample")
-        self._check_dims(probes)
-        with self._enrolling:
-            own = set(self.store.modalities(identity_id))
-            for name in {p.modality for p in probes}:
-                group = [p for p in probes if p.modality == name]
-                check_one_person(group, self.threshold(name))
-                check_captures_fit(self.gate, identity_id, group, self.threshold(name), has_templates=name in own)
-            with self.store.transaction():
-                for name in {p.modality for p in probes}:
-                    self.store.add_templates(identity_id, name,
-                                             np.stack([p.embedding for p in probes if p.modality == name]))
-
-    def _check_dims(self, probes: Sequence[Probe]) -> None:
-        """Templates of a registered encoder have its dimension: a first, wrong-sized template would
-        lock every real capture of that modality out (ModalityMismatchError)."""
-        for probe in probes:
-            try:
-                dim = self._encoders.info(probe.modality).dim
-            except UnknownModalityError:
-                continue  # an evaluation's own modality: its stored templates decide
-            if probe.embedding.shape != (dim,):
-                raise ModalityMismatchError(f"a {probe.modality} template has {dim} values, got "
-                                            f"{probe.embedding.shape[0]}: nothing was enrolled")
-
-    @staticmethod
-    def _as_list(samples: Any) -> list[Any]:
-        if isinstance(samples, (str, bytes, Path, Probe, np.ndarray)) or hasattr(samples, "getpixel"):
-            return [samples]
-        return list(samples)
-
-    def identities(self) -> list[Identity]:
-        return self.store.identities()
 
     def forget(self, *, probe: Any = None, identity: int | None = None, client: Clients = None,
                timeout: float = 10.0) -> int:
@@ -562,18 +312,6 @@ class BioMemory:
         return {"people": len(people), "notes": self.store.note_total(), "modality": self.modality,
                 "threshold": self.threshold(), "llm": self.llm.name, "policy": self.policy,
                 "samples": people_view(people, self.store.note_summary(), self.disclosure)}
-
-    def other_kind(self, modality: str | None = None) -> str | None:
-        """A modality enrolled in this store of another kind than `modality` (a face's palm, say):
-        the encoder of a second step-up probe; None when nobody enrolled one."""
-        kind = self._encoders.info(modality or self.modality).kind
-        return next((m for m in self.store.modalities() if self._kind(m) not in (kind, None)), None)
-
-    def _kind(self, modality: str) -> str | None:
-        try:
-            return self._encoders.info(modality).kind
-        except UnknownModalityError:  # precomputed probes of an unregistered modality
-            return None
 
     def stats(self) -> dict[str, Any]:
         """Operator view: counts, identities with their note counts, modalities and thresholds."""

@@ -27,13 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 from biomem.errors import InvalidInputError
 from biomem.llm import ChatLLM, OfflineLLM
-from biomem.memory import Answer
-from biomem.store import Note
+from biomem.records import Note
+from biomem.results import Answer
 
 from .metrics import ADVERSARIAL, ALL_CATEGORY_NAMES, CATEGORY_NAMES, TEMPORAL
 
 if TYPE_CHECKING:
-    from .locomo import Asker, Question, Turn
+    from .locomo import Asker
+    from .locomo_data import Question, Turn
 
 NOT_MENTIONED_OPTION = "Not mentioned in the conversation"  # A-Mem's second adversarial option
 AMEM_ANSWER_PROMPT = """Based on the context: {context}, write an answer in the form of a short phrase for the following question. Answer with exact words from the context whenever possible.

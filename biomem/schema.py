@@ -1,0 +1,86 @@
+"""The SQLite schema of the store, version 2, as one script and as the statements it runs."""
+
+from __future__ import annotations
+
+import sqlite3
+
+SCHEMA_VERSION = 2
+
+# Version 2: ids are AUTOINCREMENT (never reused, so nothing keyed by an id can reach a later
+# person), labels are unique case-insensitively, templates are sealed, thresholds carry a
+# stricter step-up τ, identities say whether they are sample people (see disclosure).
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS identities (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    label TEXT NOT NULL,
+    label_key TEXT NOT NULL UNIQUE,  -- casefolded label
+    created TEXT NOT NULL,
+    generation INTEGER NOT NULL DEFAULT 0,  -- bumped on every change to the owner's notes
+    sample INTEGER NOT NULL DEFAULT 0  -- 1: a demo/sample person, not a real enrolment
+);
+CREATE TABLE IF NOT EXISTS templates (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    identity_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
+    modality TEXT NOT NULL,
+    embedding BLOB NOT NULL,  -- AES-GCM sealed float32 vector (biomem.sealing)
+    created TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS templates_by_modality ON templates(modality, identity_id);
+CREATE TABLE IF NOT EXISTS notes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
+    content TEXT NOT NULL,
+    timestamp TEXT NOT NULL,
+    keywords TEXT NOT NULL DEFAULT '[]',
+    tags TEXT NOT NULL DEFAULT '[]',
+    context TEXT NOT NULL DEFAULT '',
+    embedding BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS notes_by_owner ON notes(owner_id, timestamp);
+INSERT OR IGNORE INTO meta VALUES ('note_total', '0');
+CREATE TRIGGER IF NOT EXISTS notes_counted AFTER INSERT ON notes
+BEGIN UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'note_total'; END;
+CREATE TRIGGER IF NOT EXISTS notes_uncounted AFTER DELETE ON notes
+BEGIN UPDATE meta SET value = CAST(value AS INTEGER) - 1 WHERE key = 'note_total'; END;
+CREATE TABLE IF NOT EXISTS links (
+    owner_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
+    source_id INTEGER NOT NULL REFERENCES notes(id) ON DELETE CASCADE,
+    target_id INTEGER NOT NULL REFERENCES notes(id) ON DELETE CASCADE,
+    PRIMARY KEY (source_id, target_id)
+);
+CREATE INDEX IF NOT EXISTS links_by_target ON links(target_id);
+CREATE TRIGGER IF NOT EXISTS links_same_owner BEFORE INSERT ON links
+WHEN (SELECT owner_id FROM notes WHERE id = NEW.source_id) IS NOT NEW.owner_id
+  OR (SELECT owner_id FROM notes WHERE id = NEW.target_id) IS NOT NEW.owner_id
+BEGIN SELECT RAISE(ABORT, 'links must join two notes of the same owner'); END;
+CREATE TABLE IF NOT EXISTS history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
+    note_id INTEGER NOT NULL,
+    event TEXT NOT NULL,          -- add | update | evolve | delete
+    before TEXT,
+    after TEXT,
+    at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS history_by_note ON history(owner_id, note_id);
+CREATE TABLE IF NOT EXISTS thresholds (
+    modality TEXT PRIMARY KEY,
+    tau REAL,  -- the gate's τ
+    source TEXT,
+    tau_strict REAL,  -- step-up τ (lower false-match rate) for destructive or broad actions
+    strict_source TEXT,
+    updated TEXT NOT NULL
+);
+"""
+
+
+def statements(script: str) -> list[str]:
+    """Split the schema into statements (triggers contain ';' inside BEGIN ... END)."""
+    parts, current = [], ""
+    for line in script.splitlines():
+        current += line + "\n"
+        if sqlite3.complete_statement(current):
+            parts.append(current.strip())
+            current = ""
+    return parts
