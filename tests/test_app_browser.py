@@ -247,6 +247,7 @@ def test_the_rough_edges_a_first_visitor_met_are_gone(chromium_path, tmp_path, t
             toast("No question — Type a question first.")
             expect(chat_probe).to_have_count(0)
             page.click("#bm-chat-probe-ben")
+            expect(chat_probe).to_be_visible()
             page.fill("#bm-question textarea", "What is my bank card PIN?")
             page.click("#bm-ask")
             chat = page.locator("#bm-chatbot")
