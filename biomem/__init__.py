@@ -26,6 +26,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "BioMemory": ".memory", "Answer": ".results", "SearchResult": ".results",
+    "AsyncBioMemory": ".aio", "Session": ".sessions",
     "GateResult": ".gate", "Probe": ".gate",
     "Identity": ".records", "Note": ".records",
 }
@@ -38,8 +39,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Answer", "BioMemError", "BioMemory", "GateResult", "Identity", "InvalidImageError",
+    "Answer", "AsyncBioMemory", "BioMemError", "BioMemory", "GateResult", "Identity", "InvalidImageError",
     "InvalidInputError", "LLMError", "ModalityMismatchError", "ModelUnavailableError",
     "MultipleFacesError", "NoFaceError", "NoPalmError", "Note", "NoteNotFoundError", "Probe",
-    "SearchResult", "StoreCorruptError", "UnknownIdentityError", "__version__",
+    "SearchResult", "Session", "StoreCorruptError", "UnknownIdentityError", "__version__",
 ]

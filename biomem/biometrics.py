@@ -133,8 +133,7 @@ class Biometrics:
         modality that identity enrolled; StepUpRequiredError otherwise."""
         self.limiter.check(client)
         probes = self.probes(probe)
-        decided = {self.gate.decide(p, self.threshold(p.modality, step_up=True), "best").identity for p in probes}
-        owner = decided.pop() if len(decided) == 1 else None
+        owner = self.stepped_up(probes)
         if owner is None:
             self.limiter.miss(client)
             raise StepUpRequiredError(f"{action} needs a fresh, clear probe of you (a stricter match than "
@@ -144,6 +143,11 @@ class Biometrics:
             raise StepUpRequiredError(f"{action} needs a probe of each kind you enrolled "
                                       f"({', '.join(sorted(missing))} missing): nothing was changed")
         return owner
+
+    def stepped_up(self, probes: list[Probe]) -> int | None:
+        """The one identity every probe matches at the stricter step-up τ, else None (no miss counted)."""
+        decided = {self.gate.decide(p, self.threshold(p.modality, step_up=True), "best").identity for p in probes}
+        return decided.pop() if len(decided) == 1 else None
 
     def enroll(self, label: str, samples: Iterable[Any], modality: str | None = None, *,
                sample: bool = False) -> Identity:

@@ -82,3 +82,11 @@ class ForgetIncompleteError(BioMemError, RuntimeError):
 
 class DisclosureError(BioMemError, ValueError):
     """The disclosure setting would reveal real people (demo mode on a store with real enrolments)."""
+
+
+class SessionExpiredError(BioMemError, PermissionError):
+    """A requester session expired, was closed, or its person was forgotten: show a probe again."""
+
+
+class AuthenticationError(BioMemError, PermissionError):
+    """A service call without a valid API key, or with a key whose role does not allow it."""

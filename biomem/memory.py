@@ -25,13 +25,14 @@ from .agent import MemoryAgent
 from .biometrics import Biometrics, Clients
 from .disclosure import DISCLOSURES, gate_view, kept_out_view, people_view
 from .encoders import EncoderCache
-from .errors import DisclosureError, InvalidInputError, StoreCorruptError
+from .errors import DisclosureError, InvalidInputError, StoreCorruptError, UnknownIdentityError
 from .gate import FUSIONS, POLICIES, Gate, GateResult
 from .limits import AttemptLimiter, AttemptLimits
 from .llm import LLM, answer_prompt, make_llm
 from .partitions import Partitions
 from .records import Note, check_id
 from .results import Answer, SearchResult
+from .sessions import DEFAULT_TTL, Session, Sessions
 from .settings import Settings
 from .store import Store
 from .textenc import TextEncoder
@@ -104,6 +105,7 @@ class BioMemory(Biometrics):
         self.llm = make_llm(llm, self.text, settings)
         self.agent = MemoryAgent(self.store, self.partitions, self.text, self.llm)
         self._enrolling = threading.Lock()  # check-then-insert of enrolments is one step
+        self.sessions = Sessions()  # open requester sessions (see session())
 
     def _check_disclosure(self, mode: str, force: bool) -> str:
         if mode not in DISCLOSURES:
@@ -146,6 +148,7 @@ class BioMemory(Biometrics):
             self.finish_erasure(timeout)
         owner = self.verify(probe, "Forgetting you", client=client) if probe is not None \
             else self.store.identity(identity).id
+        self.sessions.end_all(owner)
         try:
             self.store.delete_identity(owner)
         finally:
@@ -199,15 +202,32 @@ class BioMemory(Biometrics):
         linked notes per hit are added as `linked` (A-Mem expands each hit by its links, up to
         k; 0, the default, expands nothing). The gate and `gated_out` do not depend on it.
         """
-        k = check_k(self.k if k is None else k)
-        if isinstance(links, bool) or not isinstance(links, (int, np.integer)) or links < 0:
-            raise InvalidInputError(f"links is the number of linked notes per hit, a non-negative integer; "
-                                    f"got {links!r}")
-        vector = self._query_vector(query)
-        gate = self.identify(probe, policy=policy, client=client)
-        result = self._search_admitted(gate, vector, k)
+        check_k(self.k if k is None else k)
+        check_links(links)
+        vector = self._query_vector(query)  # a bad query costs no probe encoding
+        return self.search_as(self.identify(probe, policy=policy, client=client), vector, k=k, links=links)
+
+    def search_as(self, gate: GateResult, query: str | np.ndarray, *, k: int | None = None,
+                  links: int = 0) -> SearchResult:
+        """search() for a gate decision already made (a requester session's)."""
+        k, links = check_k(self.k if k is None else k), check_links(links)
+        result = self._search_admitted(gate, self._query_vector(query), k)
         result.linked = self._linked(result.notes, links) if links else []
         return result
+
+    def session(self, probe: Any, *, client: Clients = None, ttl: float = DEFAULT_TTL,
+                bound_to: str | None = None) -> Session:
+        """Run the gate once: a Session that acts as the matched person for `ttl` seconds
+        (UnknownIdentityError when the probe matches nobody). See biomem.sessions."""
+        self.limiter.check(client)
+        probes = self.probes(probe)
+        gate = self.identify(probes, policy="best", client=client)
+        if gate.identity is None:
+            raise UnknownIdentityError("the probe matches no enrolled identity")
+        broad = self.stepped_up(probes) == gate.identity and \
+            set(self.store.modalities(gate.identity)) <= {p.modality for p in probes}
+        return self.sessions.add(Session(self, gate, gate.labels[gate.identity], broad,
+                                         self.sessions.clock() + ttl, bound_to=bound_to, client=client))
 
     def _linked(self, hits: Sequence[tuple[Note, float]], per_hit: int) -> list[tuple[Note, int]]:
         """Notes the hits link to, up to `per_hit` each, not already shown; read under the hit's owner,
@@ -257,9 +277,23 @@ class BioMemory(Biometrics):
         """Answer from the requester's own memories only; a stranger's LLM sees no memory.
         With `links`, the notes linked to the hits follow them in the context (A-Mem). `query`
         retrieves instead of the question, e.g. A-Mem's `mem.llm.query_keywords(question)`."""
+        check_k(self.k if k is None else k)
+        check_links(links)
+        vector = self._query_vector(question)  # a bad question costs no probe encoding
+        retrieve = vector if query is None else self._query_vector(query)
+        gate = self.identify(probe, policy=policy, client=client)
+        return self._answer(gate, question, vector, retrieve, k=k, links=links, temporal=temporal)
+
+    def ask_as(self, gate: GateResult, question: str, *, k: int | None = None, links: int = 0,
+               temporal: bool = False, query: str | None = None) -> Answer:
+        """ask() for a gate decision already made (a requester session's)."""
         vector = self._query_vector(question)
         retrieve = vector if query is None else self._query_vector(query)
-        result = self.search(retrieve, probe=probe, k=k, links=links, policy=policy, client=client)
+        return self._answer(gate, question, vector, retrieve, k=k, links=links, temporal=temporal)
+
+    def _answer(self, gate: GateResult, question: str, vector: np.ndarray, retrieve: np.ndarray, *,
+                k: int | None, links: int, temporal: bool) -> Answer:
+        result = self.search_as(gate, retrieve, k=k, links=links)
         notes = [n for n, _ in result.notes] + [n for n, _ in result.linked]
         return Answer(text=self.llm.answer(question, notes, temporal, vector), notes=result.notes,
                       gate=result.gate, prompt=answer_prompt(question, notes, temporal),
@@ -323,6 +357,13 @@ class BioMemory(Biometrics):
                                for m in sorted({self.modality, *self.store.modalities(), *self.store.calibrated()})},
                 "text_model": self.text.name, "llm": self.llm.name, "policy": self.policy,
                 "disclosure": self.disclosure}
+
+
+def check_links(links: Any) -> int:
+    """links as a non-negative int; InvalidInputError otherwise."""
+    if isinstance(links, bool) or not isinstance(links, (int, np.integer)) or links < 0:
+        raise InvalidInputError(f"links is the number of linked notes per hit, a non-negative integer; got {links!r}")
+    return int(links)
 
 
 def check_k(k: Any) -> int:

@@ -1,14 +1,15 @@
-"""The SQLite schema of the store, version 2, as one script and as the statements it runs."""
+"""The SQLite schema of the store, version 3, as one script and as the statements it runs."""
 
 from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Version 2: ids are AUTOINCREMENT (never reused, so nothing keyed by an id can reach a later
 # person), labels are unique case-insensitively, templates are sealed, thresholds carry a
 # stricter step-up τ, identities say whether they are sample people (see disclosure).
+# Version 3: service API keys (biomem.keys), kept as SHA-256 digests only.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS identities (
@@ -71,6 +72,15 @@ CREATE TABLE IF NOT EXISTS thresholds (
     tau_strict REAL,  -- step-up τ (lower false-match rate) for destructive or broad actions
     strict_source TEXT,
     updated TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS api_keys (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    role TEXT NOT NULL CHECK (role IN ('agent', 'admin')),
+    digest TEXT NOT NULL UNIQUE,  -- SHA-256 of the key; the key itself is shown once, never stored
+    prefix TEXT NOT NULL,  -- its first characters, to tell keys apart in a listing
+    created TEXT NOT NULL,
+    revoked TEXT
 );
 """
 

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import sqlite_utils
@@ -99,19 +100,24 @@ class Store(NoteRows):
         db.execute("INSERT OR IGNORE INTO meta VALUES ('key_check', ?)", [self.sealer.check_value(b"key-check").hex()])
 
     def _migrate(self, version: int) -> None:
-        """Upgrade in one transaction (foreign keys off while tables are rebuilt), then compact."""
-        if version != 1:
+        """Upgrade in one transaction (foreign keys off while tables are rebuilt), then compact.
+        1 → 2 rebuilds every table (see biomem.migrations); 2 → 3 adds the api_keys table."""
+        if version not in (1, 2):
             raise StoreCorruptError(f"{self.path} has schema version {version}: no migration from it")
         with self.lock:
             self.db.execute("PRAGMA foreign_keys=OFF")
             try:
                 with self.transaction() as db:
-                    migrate_1_to_2(db.conn, self._create_schema, self._seal_row)
+                    if version == 1:
+                        migrate_1_to_2(db.conn, self._create_schema, self._seal_row)
+                    else:
+                        self._create_schema()
                     db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
                     self._write_key_check(db)
             finally:
                 self.db.execute("PRAGMA foreign_keys=ON")
-            self.db.execute("VACUUM")  # no plaintext template left in free pages
+            if version == 1:
+                self.db.execute("VACUUM")  # no plaintext template left in free pages
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     @property
@@ -299,6 +305,29 @@ class Store(NoteRows):
             self.identity(identity_id)
             db.execute("DELETE FROM identities WHERE id = ?", [int(identity_id)])
             self._bump_templates(db)
+
+    # service API keys (biomem.keys): digests only
+    def add_api_key(self, name: str, role: str, digest: str, prefix: str) -> int:
+        with self.transaction() as db:
+            return db.execute("INSERT INTO api_keys (name, role, digest, prefix, created) VALUES (?, ?, ?, ?, ?)",
+                              [name, role, digest, prefix, now_iso()]).lastrowid
+
+    def api_key(self, digest: str) -> tuple[int, str, str] | None:
+        """(id, name, role) of the unrevoked key with this digest, else None."""
+        with self.lock:
+            return self.db.execute("SELECT id, name, role FROM api_keys WHERE digest = ? AND revoked IS NULL",
+                                   [digest]).fetchone()
+
+    def api_keys(self) -> list[dict[str, Any]]:
+        with self.lock:
+            rows = self.db.execute("SELECT id, name, role, prefix, created, revoked FROM api_keys ORDER BY id")
+            return [dict(zip(("id", "name", "role", "prefix", "created", "revoked"), row)) for row in rows]
+
+    def revoke_api_key(self, key_id: int) -> bool:
+        """Revoke key `key_id`; False when there is no such unrevoked key."""
+        with self.transaction() as db:
+            return db.execute("UPDATE api_keys SET revoked = ? WHERE id = ? AND revoked IS NULL",
+                              [now_iso(), check_id(key_id, "key")]).rowcount == 1
 
     def counts(self) -> dict[str, int]:
         with self.lock:

@@ -39,7 +39,7 @@ from biomem.errors import (
     UnknownModalityError,
 )
 from biomem.sealing import encode_key, new_key
-from biomem.store import to_blob
+from biomem.store import SCHEMA_VERSION, to_blob
 from modalities.palmsynth import palm_capture
 
 ANA, BEN, CARA, DAN = 0, 1, 2, 3  # people of biomem.samples.face_crops(); CARA and DAN are never enrolled here
@@ -342,7 +342,7 @@ def test_a_version_1_file_migrates_keeping_every_row_and_never_reuses_ids(
         make_memory, tmp_path, text_encoder, face_probe):
     plain = make_v1(tmp_path / "v1.db", text_encoder, face_probe)
     mem = make_memory("v1.db")
-    assert mem.store.get_meta("schema_version") == "2"
+    assert mem.store.get_meta("schema_version") == str(SCHEMA_VERSION)
     assert [(i.id, i.label) for i in mem.identities()] == [(1, "ana"), (2, "ben"), (3, "ANA (2)")]
     ana_notes = mem.get_all(probe=face_probe(ANA, 2))
     assert [(n.id, n.content, n.timestamp) for n in ana_notes] == [(i, c, t) for i, o, c, t in V1_NOTES if o == 1]

@@ -1,0 +1,162 @@
+"""Requester sessions: the gate decides once, then calls act as that owner until the session ends.
+
+    with mem.session(probe) as me:           # one gate decision (and one probe encoding)
+        me.identity, me.label
+        me.search("my PIN?"); me.ask("What is my PIN?"); me.add("Locker 42"); me.get(7)
+        me.get_all()                          # only if the opening probe also cleared step-up τ
+        me.delete(7, probe=fresh)             # destructive: a fresh step-up probe of the same person
+
+A session expires after `ttl` seconds (default 120), ends when closed, and ends at once when
+its person is forgotten (in this process; another process's forget ends it on the next call,
+when the identity is gone). Ids are never reused (AUTOINCREMENT), so a stale session can never
+act as a later person. Its token is 32 random bytes, for services that hand it to a client.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import SessionExpiredError, StepUpRequiredError, UnknownIdentityError
+from .gate import GateResult
+from .records import Note, check_id
+
+if TYPE_CHECKING:
+    from .memory import BioMemory
+    from .results import Answer, SearchResult
+
+DEFAULT_TTL = 120.0
+MAX_SESSIONS = 10_000  # bounded memory: the oldest sessions are dropped first
+
+
+@dataclass(eq=False)
+class Session:
+    """One requester, admitted once by the gate; every call acts as `identity`."""
+
+    mem: BioMemory
+    gate: GateResult
+    label: str
+    broad: bool  # the opening probe also cleared the step-up τ of every enrolled modality
+    expires: float  # time.monotonic() deadline
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    bound_to: str | None = None  # e.g. the API key that opened it; checked by the service
+    client: Any = None
+    closed: bool = False
+
+    @property
+    def identity(self) -> int:
+        return self.gate.identity  # type: ignore[return-value]
+
+    @property
+    def expires_in(self) -> float:
+        return max(0.0, self.expires - time.monotonic())
+
+    def _owner(self) -> int:
+        """The owner, if this session is still good; SessionExpiredError otherwise."""
+        if self.closed or time.monotonic() >= self.expires:
+            raise SessionExpiredError("this session has ended: show a probe again")
+        try:
+            self.mem.store.identity(self.identity)
+        except UnknownIdentityError:
+            self.closed = True
+            raise SessionExpiredError("this session's person was forgotten") from None
+        return self.identity
+
+    def close(self) -> None:
+        """End the session (also on leaving a `with` block)."""
+        self.closed = True
+        self.mem.sessions.discard(self)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- reads and adds as the owner --------------------------------------------------------
+
+    def search(self, query: Any, *, k: int | None = None, links: int = 0) -> SearchResult:
+        self._owner()
+        return self.mem.search_as(self.gate, query, k=k, links=links)
+
+    def ask(self, question: str, *, k: int | None = None, links: int = 0, temporal: bool = False,
+            query: str | None = None) -> Answer:
+        self._owner()
+        return self.mem.ask_as(self.gate, question, k=k, links=links, temporal=temporal, query=query)
+
+    def get(self, note_id: int) -> Note:
+        return self.mem.store.get_note(self._owner(), check_id(note_id))
+
+    def get_all(self) -> list[Note]:
+        """Every note of the owner: a broad read, so only when the opening probe cleared step-up τ."""
+        owner = self._owner()
+        if not self.broad:
+            raise StepUpRequiredError("listing all your notes needs a session opened with a clearer probe "
+                                      "(the stricter step-up match, of every kind you enrolled)")
+        return self.mem.store.all_notes(owner)
+
+    def history(self, note_id: int) -> list[dict[str, Any]]:
+        return self.mem.store.history(self._owner(), check_id(note_id))
+
+    def add(self, text: str, *, timestamp: Any = None) -> Note:
+        return self.mem.add(text, identity=self._owner(), timestamp=timestamp)
+
+    # ---- changes: a fresh step-up probe of the same person, every time ----------------------
+
+    def _fresh(self, probe: Any, action: str) -> Any:
+        owner = self._owner()
+        if self.mem.verify(probe, action, client=self.client) != owner:
+            raise StepUpRequiredError(f"{action} needs a fresh probe of this session's person: nothing was changed")
+        return probe
+
+    def update(self, note_id: int, text: str, *, probe: Any) -> Note:
+        return self.mem.update(note_id, text, probe=self._fresh(probe, "Changing a note"), client=self.client)
+
+    def delete(self, note_id: int, *, probe: Any, keep_history: bool = False) -> Note:
+        return self.mem.delete(note_id, probe=self._fresh(probe, "Deleting a note"), client=self.client,
+                               keep_history=keep_history)
+
+
+class Sessions:
+    """The open sessions of one BioMemory: by token, ended together when their person is forgotten."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._by_token: dict[str, Session] = {}
+        self._lock = threading.Lock()
+        self.clock = clock
+
+    def add(self, session: Session) -> Session:
+        with self._lock:
+            now = self.clock()
+            for token in [t for t, s in self._by_token.items() if s.closed or s.expires <= now]:
+                del self._by_token[token]
+            while len(self._by_token) >= MAX_SESSIONS:
+                self._by_token.pop(next(iter(self._by_token))).closed = True
+            self._by_token[session.token] = session
+        return session
+
+    def get(self, token: str, bound_to: str | None = None) -> Session:
+        """The live session of `token` opened under `bound_to`; SessionExpiredError for anything else
+        (unknown, expired, closed, or opened by another caller: all look the same)."""
+        with self._lock:
+            session = self._by_token.get(token) if isinstance(token, str) else None
+        if session is None or session.bound_to != bound_to or not secrets.compare_digest(session.token, token):
+            raise SessionExpiredError("no such session: it ended, or was never opened by this caller")
+        session._owner()
+        return session
+
+    def discard(self, session: Session) -> None:
+        with self._lock:
+            self._by_token.pop(session.token, None)
+
+    def end_all(self, identity: int) -> int:
+        """End every session of `identity` (it was forgotten); returns how many."""
+        with self._lock:
+            ended = [t for t, s in self._by_token.items() if s.identity == identity]
+            for token in ended:
+                self._by_token.pop(token).closed = True
+        return len(ended)
