@@ -1,0 +1,164 @@
+"""Requester sessions, service keys and the async face: the engine side of `biomem serve`.
+
+A session is one gate decision reused: it acts only as the person the probe showed, ends when it
+expires, is closed or its person is forgotten, and never lets a change through without a fresh
+step-up probe of that same person.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from biomem import AsyncBioMemory
+from biomem.errors import (
+    InvalidInputError,
+    NoteNotFoundError,
+    SessionExpiredError,
+    StepUpRequiredError,
+    TooManyAttemptsError,
+    UnknownIdentityError,
+)
+from biomem.keys import any_keys, authenticate, create_key, list_keys, revoke_key
+from biomem.store import Store
+
+ALICE, BOB, STRANGER = 0, 1, 2
+
+
+@pytest.fixture
+def family(make_memory, capture):
+    """Alice and Bob enrolled from two captures each, with look-alike notes."""
+    mem = make_memory(limits="3/600/60")
+    alice = mem.enroll("alice", [capture(ALICE, 0), capture(ALICE, 1)])
+    bob = mem.enroll("bob", [capture(BOB, 0), capture(BOB, 1)])
+    mem.add("My PIN is 1234", identity=alice.id)
+    mem.add("My PIN is 9876", identity=bob.id)
+    return mem, alice, bob
+
+
+def test_a_session_acts_as_the_probe_s_person_only(family, capture, face_probe):
+    mem, alice, bob = family
+    bob_note = mem.store.all_notes(bob.id)[0]
+    with mem.session(face_probe(ALICE, 3)) as me:
+        assert (me.identity, me.label) == (alice.id, "alice")
+        assert [n.content for n, _ in me.search("my PIN").notes] == ["My PIN is 1234"]
+        assert "1234" in me.ask("What is my PIN?").text
+        added = me.add("Locker 42 at the pool")
+        assert added.owner == alice.id and me.get(added.id).content == "Locker 42 at the pool"
+        with pytest.raises(NoteNotFoundError):
+            me.get(bob_note.id)  # another owner's id looks missing
+        assert [h["event"] for h in me.history(added.id)] == ["add"]
+    with pytest.raises(SessionExpiredError):
+        me.search("my PIN")  # closed on leaving the block
+    with pytest.raises(UnknownIdentityError):
+        mem.session(face_probe(STRANGER, 1))
+
+
+def test_a_session_reuses_the_gate_decision_instead_of_encoding_again(family, capture):
+    mem, alice, _ = family
+    encoder = mem.encoder()
+    calls = []
+    original = encoder.encode
+    encoder.encode = lambda image: calls.append(1) or original(image)
+    try:
+        me = mem.session(capture(ALICE, 4))
+        for question in ("my PIN", "locker", "anything else"):
+            me.search(question)
+        me.ask("What is my PIN?")
+    finally:
+        del encoder.encode
+    assert len(calls) == 1
+
+
+def test_changes_in_a_session_need_a_fresh_step_up_probe_of_the_same_person(family, face_probe):
+    mem, alice, bob = family
+    me = mem.session(face_probe(ALICE, 3))
+    note = me.add("Temporary note")
+    with pytest.raises(StepUpRequiredError):
+        me.delete(note.id, probe=face_probe(BOB, 3))  # Bob's own fresh probe is not Alice's
+    assert me.get(note.id).content == "Temporary note"
+    assert me.delete(note.id, probe=face_probe(ALICE, 5)).id == note.id
+    with pytest.raises(NoteNotFoundError):
+        me.get(note.id)
+
+
+def test_listing_everything_needs_a_session_opened_at_step_up(family, face_probe):
+    mem, alice, _ = family
+    assert [n.content for n in mem.session(face_probe(ALICE, 3)).get_all()] == ["My PIN is 1234"]
+    mem.set_threshold(0.999, step_up=True)  # no capture clears this: the session is not "broad"
+    narrow = mem.session(face_probe(ALICE, 3))
+    with pytest.raises(StepUpRequiredError):
+        narrow.get_all()
+    assert narrow.search("PIN").notes  # gated reads still work
+
+
+def test_sessions_expire_and_end_when_their_person_is_forgotten(family, face_probe):
+    mem, alice, bob = family
+    short = mem.session(face_probe(ALICE, 3), ttl=0.0)
+    with pytest.raises(SessionExpiredError):
+        short.search("PIN")
+    alive = mem.session(face_probe(ALICE, 3))
+    token = alive.token
+    assert mem.sessions.get(token) is alive
+    mem.forget(identity=alice.id)
+    for call in (lambda: alive.search("PIN"), lambda: alive.add("after"), lambda: mem.sessions.get(token)):
+        with pytest.raises(SessionExpiredError):
+            call()
+    assert mem.store.note_total() == 1  # Bob's note only: nothing was added after the forget
+
+
+def test_a_session_token_works_only_for_the_caller_it_was_bound_to(family, face_probe):
+    mem, alice, _ = family
+    session = mem.session(face_probe(ALICE, 3), bound_to="key:1")
+    assert mem.sessions.get(session.token, "key:1") is session
+    for token, caller in ((session.token, "key:2"), (session.token, None), ("forged", "key:1"), (None, "key:1")):
+        with pytest.raises(SessionExpiredError):
+            mem.sessions.get(token, caller)
+
+
+def test_opening_sessions_counts_misses_against_the_attempt_limits(family, face_probe):
+    mem, _, _ = family
+    client = ["key:9", "address:203.0.113.5"]
+    for _ in range(3):
+        with pytest.raises(UnknownIdentityError):
+            mem.session(face_probe(STRANGER, 1), client=client)
+    with pytest.raises(TooManyAttemptsError):
+        mem.session(face_probe(ALICE, 3), client=client)
+
+
+def test_keys_are_stored_as_digests_and_revoked_at_once(tmp_path):
+    store = Store(tmp_path / "keys.db")
+    assert not any_keys(store)
+    secret, key = create_key(store, "kiosk", "agent")
+    admin_secret, admin = create_key(store, "ops", "admin")
+    assert authenticate(store, secret) == key and authenticate(store, admin_secret).role == "admin"
+    raw = (tmp_path / "keys.db").read_bytes() + (tmp_path / "keys.db-wal").read_bytes()
+    assert secret.encode() not in raw and secret[10:30].encode() not in raw  # only its digest and prefix
+    assert [k["name"] for k in list_keys(store)] == ["kiosk", "ops"] and "digest" not in list_keys(store)[0]
+    for bad in (None, "", "bm_" + "x" * 43, secret + "x", 42, "bm_" + "y" * 500):
+        assert authenticate(store, bad) is None
+    assert revoke_key(store, key.id) and not revoke_key(store, key.id)
+    assert authenticate(store, secret) is None and any_keys(store)
+    with pytest.raises(InvalidInputError):
+        create_key(store, "x", "root")
+    with pytest.raises(InvalidInputError):
+        create_key(store, "  ", "agent")
+    store.close()
+
+
+def test_the_async_face_has_the_same_semantics(family, face_probe):
+    mem, alice, _ = family
+    amem = AsyncBioMemory(mem, workers=2)
+
+    async def scenario() -> tuple:
+        mine, strangers = await asyncio.gather(amem.search("PIN", probe=face_probe(ALICE, 3)),
+                                               amem.search("PIN", probe=face_probe(STRANGER, 1)))
+        async with await amem.session(face_probe(ALICE, 3)) as me:
+            added = await me.add("Async note")
+            got = await me.get(added.id)
+        return mine, strangers, got
+
+    mine, strangers, got = asyncio.run(scenario())
+    assert [n.content for n, _ in mine.notes] == ["My PIN is 1234"] and strangers.notes == []
+    assert got.owner == alice.id
