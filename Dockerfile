@@ -1,9 +1,14 @@
-# Bio-Memory's web demo: `python app.py` on port 7860, as uid 1000 with the Hugging Face cache in
-# the user's home (the convention of Hugging Face Docker Spaces; works the same anywhere).
+# Bio-Memory as a service: `biomem serve` on port 7860 (the page at /, REST at /v1, MCP at /mcp), as
+# uid 1000 with the Hugging Face cache in the user's home (the convention of Hugging Face Docker
+# Spaces; works the same anywhere). The template key lives in ~/.config/biomem: keep it on a volume
+# beside the data, or a new container cannot open the store.
 #
 #   docker build -t biomem .
-#   docker run --rm -p 7860:7860 -v biomem-data:/home/user/data biomem
+#   V="-v biomem-data:/home/user/data -v biomem-config:/home/user/.config"
+#   docker run --rm $V biomem biomem keys create kiosk --role agent   # once: serve refuses 0.0.0.0 without a key
+#   docker run --rm -p 7860:7860 $V biomem
 #   docker run ... -e BIOMEM_LLM=openai:gpt-4o-mini -e OPENAI_API_KEY=... biomem   # a real LLM
+#   docker run --rm -p 7860:7860 $V biomem python app.py              # the public page only (a demo Space)
 #
 # Configuration: the environment variables of biomem.settings (the README's "Configuration"
 # table; `python -m biomem.settings` prints it). The image is the public demo: it loads the sample
@@ -48,9 +53,9 @@ ENV HOME=/home/user \
 WORKDIR /home/user/app
 COPY --from=build --chown=user /home/user/.local /home/user/.local
 COPY --chown=user . .
-RUN mkdir -p /home/user/data /home/user/.cache/huggingface
-VOLUME ["/home/user/data"]
+RUN mkdir -p /home/user/data /home/user/.config /home/user/.cache/huggingface
+VOLUME ["/home/user/data", "/home/user/.config"]
 EXPOSE 7860
 HEALTHCHECK --interval=30s --timeout=5s --start-period=120s \
-    CMD python -c "import os, urllib.request; urllib.request.urlopen(f'http://127.0.0.1:{os.environ[\"PORT\"]}/', timeout=4)"
-CMD ["python", "app.py"]
+    CMD python -c "import os, urllib.request; urllib.request.urlopen(f'http://127.0.0.1:{os.environ[\"PORT\"]}/v1/health', timeout=4)"
+CMD ["biomem", "serve"]

@@ -46,11 +46,23 @@ class MemoryAgent:
         return self.text.encode([embedding_text(d.content, d.context, d.keywords, d.tags)
                                  for d in drafts], batch_size=batch_size)
 
-    def ingest(self, owner_id: int, contents: Sequence[str], timestamps: Sequence[str]) -> list[int]:
-        """Build, embed (in one batch), then link and evolve each note in order; returns ids."""
+    def ingest(self, owner_id: int, contents: Sequence[str], timestamps: Sequence[str], *,
+               infer: bool = True) -> list[int]:
+        """Build, embed (in one batch), then link and evolve each note in order; returns ids.
+        infer=False stores each text as given: embedded, no LLM analysis, no links, no evolution."""
+        if not infer:
+            drafts = [Draft(content=c, timestamp=t, keywords=[], tags=[], context="")
+                      for c, t in zip(contents, timestamps)]
+            return [self._store(owner_id, d, v) for d, v in zip(drafts, self.embed(drafts))]
         drafts = [self.draft(c, t) for c, t in zip(contents, timestamps)]
         vectors = self.embed(drafts)
         return [self._link_and_store(owner_id, d, v) for d, v in zip(drafts, vectors)]
+
+    def _store(self, owner_id: int, draft: Draft, vector: np.ndarray) -> int:
+        """Insert one note and its vector as they are."""
+        (note_id,), generation = self.store.insert_notes(owner_id, [vars(draft)], vector[None, :])
+        self.partitions.added(owner_id, [note_id], vector[None, :], generation)
+        return note_id
 
     def _link_and_store(self, owner_id: int, draft: Draft, vector: np.ndarray) -> int:
         hits = self.partitions.search(owner_id, vector, self.neighbours)
@@ -62,8 +74,7 @@ class MemoryAgent:
                 and decision.tags_to_update and list(decision.tags_to_update) != draft.tags:
             draft.tags = list(decision.tags_to_update)
             vector = self.embed([draft])[0]  # the stored vector embeds the note as stored (A-Mem)
-        (note_id,), generation = self.store.insert_notes(owner_id, [vars(draft)], vector[None, :])
-        self.partitions.added(owner_id, [note_id], vector[None, :], generation)
+        note_id = self._store(owner_id, draft, vector)
         if decision is None or not decision.should_evolve:
             return note_id
         allowed = {n.id for n in notes}

@@ -4,6 +4,7 @@
     biomem add "My PIN is 1234" --probe alice3.jpg
     biomem ask "What is my PIN?" --probe alice3.jpg
     biomem forget --probe alice4.jpg
+    biomem keys create kiosk --role agent; biomem serve --host 0.0.0.0
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import BioMemError
+from .errors import AuthenticationError, BioMemError, InvalidInputError
 from .eval import add_eval_parser
 from .settings import Settings, memory_from_settings
 
@@ -128,6 +130,59 @@ def cmd_demo(args: argparse.Namespace) -> None:
     run_demo(args.db)
 
 
+def cmd_serve(args: argparse.Namespace) -> None:
+    """REST at /v1, MCP at /mcp and the page at / over --db, with uvicorn, until interrupted."""
+    from .keys import any_keys
+    from .server.auth import loopback
+    from .store import Store
+
+    settings = dataclasses.replace(args.settings, db=args.db, encoder=args.encoder, llm=args.llm,
+                                   policy=args.policy, host=args.host, port=args.port)
+    store = Store(settings.db, settings=settings)  # no model loaded for this check
+    try:
+        keyed = any_keys(store)
+    finally:
+        store.close()
+    if not keyed and not loopback(settings.host):
+        raise AuthenticationError(f"refusing to serve on {settings.host}: this store has no API key, so anyone who "
+                                  f"reaches the port could use it. Create one (biomem keys create NAME --role agent) "
+                                  f"or bind 127.0.0.1")
+    import uvicorn
+
+    from .server.app import create_app, uvicorn_config
+
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with memory_from_settings(settings) as mem:
+        app = create_app(mem, settings, ui=not args.no_ui, mcp=not args.no_mcp)
+        if settings.load_demo and not mem.identities():
+            page = getattr(app.state, "page", None)
+            if page is not None:
+                logging.getLogger("biomem.server").info("%s", page.biomem_app.load_demo())
+        uvicorn.Server(uvicorn_config(app, settings.host, settings.port, log_level=settings.log_level.lower())).run()
+
+
+def cmd_keys(args: argparse.Namespace) -> None:
+    """Create, list or revoke the service's API keys (the store holds their SHA-256 only)."""
+    from .keys import create_key, list_keys, revoke_key
+    from .store import Store
+
+    store = Store(args.db, settings=args.settings)
+    try:
+        if args.keys_command == "create":
+            secret, key = create_key(store, args.name, args.role)
+            print(f"created {key.role} key {key.id} ({key.name!r}); its secret, shown only this once:",
+                  file=sys.stderr)
+            print(secret)
+        elif args.keys_command == "list":
+            _print_json(list_keys(store))
+        elif not revoke_key(store, args.id):
+            raise InvalidInputError(f"no unrevoked key {args.id} (biomem keys list shows them)")
+        else:
+            print(f"revoked key {args.id}: it is refused from now on")
+    finally:
+        store.close()
+
+
 def build_parser(settings: Settings) -> argparse.ArgumentParser:
     """The `biomem` command line; the global options default to `settings`."""
     parser = argparse.ArgumentParser(prog="biomem", description=__doc__.splitlines()[0])
@@ -143,6 +198,7 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     _add_store_commands(sub)
     _add_calibrate_command(sub)
     _add_sample_commands(sub)
+    _add_service_commands(sub, settings)
     add_eval_parser(sub)
     return parser
 
@@ -212,6 +268,28 @@ def _add_sample_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.set_defaults(func=cmd_samples)
     sub.add_parser("demo", help="enrol sample faces, add memories, ask as owner and stranger") \
         .set_defaults(func=cmd_demo)
+
+
+def _add_service_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser], settings: Settings) -> None:
+    """serve and keys: the HTTP service (REST, MCP, the page) and who may call it."""
+    p = sub.add_parser("serve", help="REST (/v1), MCP (/mcp) and the web page (/) on one port")
+    p.add_argument("--host", default=settings.host, help="bind address (default $GRADIO_SERVER_NAME or 127.0.0.1; "
+                   "anything but loopback needs an API key in the store)")
+    p.add_argument("--port", type=int, default=settings.port, help="port (default $GRADIO_SERVER_PORT, $PORT or 7860)")
+    p.add_argument("--no-ui", action="store_true", help="serve the API only, without the Gradio page")
+    p.add_argument("--no-mcp", action="store_true", help="serve no MCP endpoint")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("keys", help="API keys of the service: create, list, revoke")
+    keys = p.add_subparsers(dest="keys_command", required=True)
+    create = keys.add_parser("create", help="a new key; prints its secret once (stdout)")
+    create.add_argument("name", help="who or what uses it, e.g. kiosk")
+    create.add_argument("--role", choices=["agent", "admin"], default="agent",
+                        help="agent: gated calls only; admin: also import and forget by identity id")
+    keys.add_parser("list", help="every key, as JSON (never a secret)")
+    revoke = keys.add_parser("revoke", help="refuse a key from now on")
+    revoke.add_argument("id", type=int)
+    p.set_defaults(func=cmd_keys)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -171,14 +171,15 @@ class BioMemory(Biometrics):
         return text.strip()
 
     def add(self, text: str, *, identity: int | None = None, probe: Any = None,
-            timestamp: Any = None, client: Clients = None) -> Note:
-        """Remember `text` for `identity` (trusted import) or for whoever `probe` matches."""
+            timestamp: Any = None, client: Clients = None, infer: bool = True) -> Note:
+        """Remember `text` for `identity` (trusted import) or for whoever `probe` matches;
+        infer=False stores the text as given (embedded; no LLM analysis, links or evolution)."""
         text = self._check_text(text)
         when = parse_timestamp(timestamp)
         if (identity is None) == (probe is None):
             raise InvalidInputError("add() takes exactly one of identity= or probe=")
         owner = self.store.identity(identity).id if identity is not None else self._owner(probe, client)
-        (note_id,) = self.agent.ingest(owner, [text], [when])
+        (note_id,) = self.agent.ingest(owner, [text], [when], infer=bool(infer))
         return self.store.get_note(owner, note_id)
 
     def add_many(self, texts: Sequence[str], *, identity: int, timestamps: Sequence[Any] | None = None,

@@ -102,8 +102,8 @@ class Session:
     def history(self, note_id: int) -> list[dict[str, Any]]:
         return self.mem.store.history(self._owner(), check_id(note_id))
 
-    def add(self, text: str, *, timestamp: Any = None) -> Note:
-        return self.mem.add(text, identity=self._owner(), timestamp=timestamp)
+    def add(self, text: str, *, timestamp: Any = None, infer: bool = True) -> Note:
+        return self.mem.add(text, identity=self._owner(), timestamp=timestamp, infer=infer)
 
     # ---- changes: a fresh step-up probe of the same person, every time ----------------------
 

@@ -6,7 +6,7 @@
 
 Each field's metadata names its variable(s), says what it means, shows its default and which
 surfaces honour it (engine: `BioMemory` and the modules under it; CLI: `biomem`; app: the web
-demo). A variable set to an empty string counts as unset. Booleans take 1/true/yes/on or
+demo, `python app.py`; serve: `biomem serve`, page, REST and MCP in one). A variable set to an empty string counts as unset. Booleans take 1/true/yes/on or
 0/false/no/off. Nothing is read at import time: the engine, the CLI and the app each read the
 environment when they start (tests change it per test).
 
@@ -39,7 +39,7 @@ T = TypeVar("T")
 Environ = Mapping[str, str]
 
 DEFAULT_TEXT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-ENGINE, CLI, APP = "engine", "CLI", "app"
+ENGINE, CLI, APP, SERVE = "engine", "CLI", "app", "serve"  # serve: `biomem serve`
 EVERYWHERE = (ENGINE, CLI, APP)
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
@@ -231,29 +231,29 @@ class Settings:
         ("SPACE_ID",), "set by Hugging Face on a Space: the defaults marked \"on a Space\"", "unset",
         EVERYWHERE, _on_space)
     palm_encoder: str = _setting(
-        ("BIOMEM_PALM_ENCODER",), "palm encoder of the demo's synthetic palms", "`palm-compcode`", (APP,),
+        ("BIOMEM_PALM_ENCODER",), "palm encoder of the demo's synthetic palms", "`palm-compcode`", (APP, SERVE),
         lambda env: _raw(env, "BIOMEM_PALM_ENCODER") or "palm-compcode")
     load_demo: bool = _setting(
         ("BIOMEM_LOAD_DEMO",), "build the demo at start-up if the store is empty",
         "on on a Space and in the Dockerfile, else off",
-        (APP,), lambda env: _parsed(env, "BIOMEM_LOAD_DEMO", _flag, _on_space(env)))
+        (APP, SERVE), lambda env: _parsed(env, "BIOMEM_LOAD_DEMO", _flag, _on_space(env)))
     admin: bool = _setting(
         ("BIOMEM_ADMIN",), "allow server-side actions: LoCoMo import from a path, folder calibration, "
-        "storing τ", "off, on every launch path", (APP,), lambda env: _parsed(env, "BIOMEM_ADMIN", _flag, False))
+        "storing τ", "off, on every launch path", (APP, SERVE), lambda env: _parsed(env, "BIOMEM_ADMIN", _flag, False))
     trust_proxy: bool = _setting(
         ("BIOMEM_TRUST_PROXY",), "client address (for attempt limits) from the last `X-Forwarded-For` hop",
-        "on on a Space, else off", (APP,),
+        "on on a Space, else off", (APP, SERVE),
         lambda env: _parsed(env, "BIOMEM_TRUST_PROXY", _flag, _on_space(env)))
     locomo: str = _setting(
-        ("BIOMEM_LOCOMO",), "path offered for the LoCoMo import", "empty", (APP,),
+        ("BIOMEM_LOCOMO",), "path offered for the LoCoMo import", "empty", (APP, SERVE),
         lambda env: _raw(env, "BIOMEM_LOCOMO") or "")
     log_level: str = _setting(
-        ("BIOMEM_LOG",), "log level", "`INFO`", (APP,), lambda env: _parsed(env, "BIOMEM_LOG", _log_level, "INFO"))
+        ("BIOMEM_LOG",), "log level", "`INFO`", (APP, SERVE), lambda env: _parsed(env, "BIOMEM_LOG", _log_level, "INFO"))
     host: str = _setting(
         ("GRADIO_SERVER_NAME",), "bind address", "`127.0.0.1` (`0.0.0.0` on a Space and in the Dockerfile)",
-        (APP,), lambda env: _raw(env, "GRADIO_SERVER_NAME") or ("0.0.0.0" if _on_space(env) else "127.0.0.1"))
+        (APP, SERVE), lambda env: _raw(env, "GRADIO_SERVER_NAME") or ("0.0.0.0" if _on_space(env) else "127.0.0.1"))
     port: int = _setting(
-        ("GRADIO_SERVER_PORT", "PORT"), "HTTP port (the first one set)", "7860", (APP,), _port_of)
+        ("GRADIO_SERVER_PORT", "PORT"), "HTTP port (the first one set)", "7860", (APP, SERVE), _port_of)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -27,7 +27,7 @@ from biomem.settings import DEFAULT_TEXT_MODEL, Settings, markdown_table, memory
 from biomem.textenc import TextEncoder
 
 ROOT = Path(__file__).resolve().parent.parent
-SURFACES = {"engine", "CLI", "app"}
+SURFACES = {"engine", "CLI", "app", "serve"}
 
 
 def settings(**env: str) -> Settings:

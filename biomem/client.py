@@ -1,0 +1,323 @@
+"""BioMemoryClient: the engine's Python API over HTTP, against `biomem serve`.
+
+    from biomem.client import BioMemoryClient
+    from biomem.errors import NoFaceError
+
+    with BioMemoryClient("http://127.0.0.1:7860", api_key="bm_...") as bm:
+        bm.add("My locker is 42", probe="me.jpg")
+        bm.ask("Where is my locker?", probe="me.jpg").text
+        with bm.session("me.jpg") as me:          # the gate runs once on the server
+            me.search("locker").notes
+            me.delete(note_id, probe="me_now.jpg")  # changes still need a fresh probe
+
+A probe is a path, bytes, a numpy array, a PIL image, {modality: image} for several modalities, or
+(admin key) a biomem.Probe embedding. Refusals raise the same biomem.errors class as the engine
+(NoFaceError, UnknownIdentityError, NoteNotFoundError, TooManyAttemptsError with retry_after, ...),
+with the server's readable message and `.status` / `.title`; HTTP-level refusals (body too large,
+wrong content type) are InvalidInputError, a missing or wrong key AuthenticationError.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from . import errors
+from .records import Identity, Note
+
+SESSION_HEADER = "X-Biomem-Session"
+FALLBACK = {401: errors.AuthenticationError, 403: errors.AuthenticationError, 413: errors.InvalidInputError,
+            415: errors.InvalidInputError, 422: errors.InvalidInputError}
+
+
+class ServiceError(errors.BioMemError):
+    """A refusal without an engine class of its own (a missing route, a server fault)."""
+
+
+@dataclass
+class RemoteSearchResult:
+    """A gated search as the server disclosed it: the owner's notes with scores, linked notes, the gate view."""
+
+    notes: list[tuple[Note, float]]
+    gate: dict[str, Any]
+    gated_out: dict[str, Any] | None
+    linked: list[tuple[Note, int]] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.raw
+
+
+@dataclass
+class RemoteAnswer(RemoteSearchResult):
+    """An answer from the requester's own notes only."""
+
+    text: str = ""
+
+
+def note_of(data: dict[str, Any]) -> Note:
+    """A Note from the API's memory item."""
+    return Note(id=data["id"], owner=data.get("owner", 0), content=data.get("content", data["memory"]),
+                timestamp=data.get("timestamp", ""), keywords=data.get("keywords") or [],
+                tags=data.get("tags") or [], context=data.get("context") or "", links=data.get("links") or [])
+
+
+def _search_result(data: dict[str, Any], cls: type[RemoteSearchResult] = RemoteSearchResult,
+                   **extra: Any) -> Any:
+    return cls(notes=[(note_of(n), n.get("score", 0.0)) for n in data["results"]], gate=data.get("gate", {}),
+               gated_out=data.get("gated_out"), linked=[(note_of(n), n["via"]) for n in data.get("linked", [])],
+               raw=data, **extra)
+
+
+def _image_bytes(image: Any) -> bytes:
+    """Bytes of an image given as a path, bytes, a numpy array or a PIL image (arrays and PIL as PNG)."""
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return bytes(image)
+    if isinstance(image, (str, os.PathLike)):
+        return Path(image).read_bytes()
+    from PIL import Image
+
+    picture = image if isinstance(image, Image.Image) else Image.fromarray(image)
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _mime(data: bytes) -> str:
+    if data.startswith(b"\x89PNG"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8"):
+        return "image/jpeg"
+    return "application/octet-stream"
+
+
+def _is_embedding(probe: Any) -> bool:
+    from .gate import Probe
+
+    return isinstance(probe, Probe) or isinstance(probe, dict) and any(isinstance(p, Probe) for p in probe.values())
+
+
+def _json_image(image: Any) -> dict[str, Any]:
+    from .gate import Probe
+
+    if isinstance(image, Probe):
+        return {"embedding": [float(x) for x in image.embedding], "modality": image.modality}
+    data = _image_bytes(image)
+    return {"data": base64.b64encode(data).decode(), "mime_type": _mime(data)}
+
+
+def request_body(fields: dict[str, Any], probe: Any = None, images: Sequence[Any] = ()) -> dict[str, Any]:
+    """httpx keyword arguments of a body: multipart (probe files beside the fields), or JSON for an
+    admin's precomputed embedding (or when nothing is sent as a file)."""
+    fields = {k: v for k, v in fields.items() if v is not None}
+    if _is_embedding(probe):
+        parts = probe if isinstance(probe, dict) else None
+        key = {"probes": {m: _json_image(p) for m, p in parts.items()}} if parts else {"probe": _json_image(probe)}
+        return {"json": {**fields, **key}}
+    files: list[tuple[str, tuple[str, bytes, str]]] = []
+    for name, image in ([] if probe is None else probe.items() if isinstance(probe, dict) else [(None, probe)]):
+        data = _image_bytes(image)
+        files.append((f"probe_{name}" if name else "probe", ("probe", data, _mime(data))))
+    for i, image in enumerate(images):
+        data = _image_bytes(image)
+        files.append(("images", (f"image-{i}", data, _mime(data))))
+    if not files:
+        return {"json": fields}
+    return {"data": {k: _form_value(v) for k, v in fields.items()}, "files": files}
+
+
+def _form_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def raise_for_error(response: httpx.Response) -> None:
+    """The biomem.errors class the JSON error names, raised with the server's message (nothing if 2xx)."""
+    if response.status_code < 400:
+        return
+    try:
+        error = response.json()["error"]
+        kind, title, message = error["type"], error["title"], error["message"]
+    except (ValueError, KeyError, TypeError):
+        kind, title, message = "", "Refused", response.text[:200] or response.reason_phrase
+    cls = getattr(errors, kind, None)
+    if not (isinstance(cls, type) and issubclass(cls, errors.BioMemError)):
+        cls = FALLBACK.get(response.status_code, ServiceError)
+    if cls is errors.TooManyAttemptsError:
+        exc: errors.BioMemError = cls(message, retry_after=float(response.headers.get("retry-after", 60)))
+    else:
+        exc = cls(message)
+    exc.status, exc.title = response.status_code, title  # type: ignore[attr-defined]
+    raise exc
+
+
+class _Calls:
+    """What a client and a client-side session share: one request, its error raised as the engine's."""
+
+    http: httpx.Client
+    headers: dict[str, str]
+
+    def _call(self, method: str, path: str, *, fields: dict[str, Any] | None = None, probe: Any = None,
+              images: Sequence[Any] = (), expect_body: bool = True) -> Any:
+        body = request_body(fields or {}, probe, images) if (fields or probe is not None or images) else {}
+        response = self.http.request(method, f"/v1{path}", headers=self.headers, **body)
+        raise_for_error(response)
+        return response.json() if expect_body and response.content else None
+
+
+class RemoteSession(_Calls):
+    """A session on the server, opened with one probe: calls act as that person without a probe."""
+
+    def __init__(self, client: BioMemoryClient, reply: dict[str, Any]) -> None:
+        self.http, self.token = client.http, reply["session"]
+        self.label, self.broad, self.expires_in = reply["label"], reply["broad"], reply["expires_in"]
+        self.headers = {**client.headers, SESSION_HEADER: self.token}
+
+    def search(self, query: str, *, k: int = 10, links: int = 0) -> RemoteSearchResult:
+        """Gated search as the session's person."""
+        return _search_result(self._call("POST", "/search", fields={"query": query, "k": k, "links": links}))
+
+    def ask(self, question: str, *, k: int = 10, links: int = 0) -> RemoteAnswer:
+        """An answer from the session's person's notes."""
+        data = self._call("POST", "/ask", fields={"question": question, "k": k, "links": links})
+        return _search_result(data, RemoteAnswer, text=data["answer"])
+
+    def add(self, text: str, *, timestamp: str | None = None, infer: bool = True) -> Note:
+        """Remember `text` for the session's person."""
+        data = self._call("POST", "/memories", fields={"text": text, "timestamp": timestamp, "infer": infer})
+        return note_of(data["results"][0])
+
+    def get(self, note_id: int) -> Note:
+        """One of the person's notes (NoteNotFoundError for anyone else's)."""
+        return note_of(self._call("GET", f"/memories/{int(note_id)}"))
+
+    def get_all(self) -> list[Note]:
+        """Every note of the person (the session must be broad: opened with a step-up-clear probe)."""
+        return [note_of(n) for n in self._call("GET", "/memories")["results"]]
+
+    def history(self, note_id: int) -> list[dict[str, Any]]:
+        """A note's events, oldest first."""
+        return self._call("GET", f"/memories/{int(note_id)}/history")["results"]
+
+    def update(self, note_id: int, text: str, *, probe: Any) -> Note:
+        """Rewrite a note: a fresh step-up probe of the session's person."""
+        return note_of(self._call("PUT", f"/memories/{int(note_id)}", fields={"text": text}, probe=probe))
+
+    def delete(self, note_id: int, *, probe: Any, keep_history: bool = False) -> Note:
+        """Delete a note: a fresh step-up probe of the session's person."""
+        fields = {"keep_history": keep_history} if keep_history else None
+        return note_of(self._call("DELETE", f"/memories/{int(note_id)}", fields=fields, probe=probe))
+
+    def forget(self, *, probe: Any) -> int:
+        """Erase this session's person (a fresh step-up probe of them); the session ends."""
+        return self._call("DELETE", "/identities/me", probe=probe)["id"]
+
+    def close(self) -> None:
+        """End the session on the server (an already ended one is fine)."""
+        try:
+            self._call("DELETE", "/sessions", expect_body=False)
+        except errors.SessionExpiredError:
+            pass
+
+    def __enter__(self) -> RemoteSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class BioMemoryClient(_Calls):
+    """`biomem serve` at `base_url`, called with `api_key` (None for a keyless local server)."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, *, timeout: float = 120.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, transport=transport)
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> BioMemoryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def health(self) -> dict[str, Any]:
+        """Status (and the store's counts for an admin key)."""
+        return self._call("GET", "/health")
+
+    def enroll(self, label: str, images: Iterable[Any] | Any, modality: str | None = None) -> Identity:
+        """Enrol a person from one or more captures."""
+        many = list(images) if isinstance(images, (list, tuple)) else [images]
+        data = self._call("POST", "/identities", fields={"label": label, "modality": modality}, images=many)
+        return Identity(data["id"], data["label"])
+
+    def session(self, probe: Any, *, ttl: float | None = None) -> RemoteSession:
+        """Open a session with one probe; use it as a context manager."""
+        return RemoteSession(self, self._call("POST", "/sessions", fields={"ttl": ttl}, probe=probe))
+
+    def add(self, text: str, *, probe: Any = None, identity: int | None = None, timestamp: str | None = None,
+            infer: bool = True) -> Note:
+        """Remember `text` for the probe's owner, or (admin key) for `identity`."""
+        return self.add_messages(None, text=text, probe=probe, identity=identity, timestamp=timestamp, infer=infer)[0]
+
+    def add_messages(self, messages: list[dict[str, str]] | None, *, text: str | None = None, probe: Any = None,
+                     identity: int | None = None, timestamp: str | None = None, infer: bool = True) -> list[Note]:
+        """Mem0's add: each non-system message (or `text`) becomes a note of the probe's owner."""
+        fields = {"text": text, "messages": messages, "identity": identity, "timestamp": timestamp, "infer": infer}
+        if messages is not None and probe is not None and not _is_embedding(probe):
+            import json
+
+            fields["messages"] = json.dumps(messages)  # one multipart field
+        return [note_of(n) for n in self._call("POST", "/memories", fields=fields, probe=probe)["results"]]
+
+    def search(self, query: str, *, probe: Any, k: int = 10, links: int = 0) -> RemoteSearchResult:
+        """Gated search: only the probe's owner's notes can come back."""
+        return _search_result(self._call("POST", "/search", fields={"query": query, "k": k, "links": links},
+                                         probe=probe))
+
+    def ask(self, question: str, *, probe: Any, k: int = 10, links: int = 0) -> RemoteAnswer:
+        """An answer from the probe's owner's notes only."""
+        data = self._call("POST", "/ask", fields={"question": question, "k": k, "links": links}, probe=probe)
+        return _search_result(data, RemoteAnswer, text=data["answer"])
+
+    def get(self, note_id: int, *, probe: Any) -> Note:
+        """One of the requester's notes (through a short session)."""
+        with self.session(probe) as me:
+            return me.get(note_id)
+
+    def get_all(self, *, probe: Any) -> list[Note]:
+        """Every note of the requester: a broad read, so the probe must clear the step-up match."""
+        with self.session(probe) as me:
+            return me.get_all()
+
+    def history(self, note_id: int, *, probe: Any) -> list[dict[str, Any]]:
+        """A note's events (through a short session)."""
+        with self.session(probe) as me:
+            return me.history(note_id)
+
+    def update(self, note_id: int, text: str, *, probe: Any) -> Note:
+        """Rewrite a note (fresh step-up probe)."""
+        return note_of(self._call("PUT", f"/memories/{int(note_id)}", fields={"text": text}, probe=probe))
+
+    def delete(self, note_id: int, *, probe: Any, keep_history: bool = False) -> Note:
+        """Delete a note (fresh step-up probe)."""
+        fields = {"keep_history": keep_history} if keep_history else None
+        return note_of(self._call("DELETE", f"/memories/{int(note_id)}", fields=fields, probe=probe))
+
+    def forget(self, *, probe: Any = None, identity: int | None = None) -> int:
+        """Erase the requester (fresh step-up probe) or, with an admin key, identity `identity`."""
+        if (probe is None) == (identity is None):
+            raise errors.InvalidInputError("forget() takes exactly one of probe= or identity=")
+        if identity is not None:
+            return self._call("DELETE", f"/identities/{int(identity)}")["id"]
+        return self._call("DELETE", "/identities/me", probe=probe)["id"]

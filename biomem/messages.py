@@ -1,0 +1,87 @@
+"""Engine errors as a title and one line a person can act on: the same words in the web app's toasts,
+the REST API's JSON errors and the MCP tools' replies; never a traceback or a server path (those
+go to the log). No UI import here, so a server without the page never loads gradio."""
+
+from __future__ import annotations
+
+import logging
+
+from .errors import (
+    AlreadyEnrolledError,
+    AuthenticationError,
+    BioMemError,
+    DuplicateLabelError,
+    EnrolmentError,
+    ForgetIncompleteError,
+    InconsistentSamplesError,
+    InvalidImageError,
+    InvalidInputError,
+    KeyUnavailableError,
+    LLMError,
+    ModalityMismatchError,
+    ModelUnavailableError,
+    MultipleFacesError,
+    NoFaceError,
+    NoPalmError,
+    NoteNotFoundError,
+    SessionExpiredError,
+    StepUpRequiredError,
+    StoreCorruptError,
+    TooManyAttemptsError,
+    UnknownIdentityError,
+)
+
+log = logging.getLogger("biomem.messages")
+
+# (error class, toast title, message); the first match wins, so subclasses come first.
+ERRORS: list[tuple[type[BaseException], str, str]] = [
+    (NoFaceError, "No face found",
+     "No face was found in the probe. Face the camera in good light, or use another photo."),
+    (MultipleFacesError, "More than one face",
+     "The probe shows several faces, so the requester is ambiguous. One person at a time, please."),
+    (NoPalmError, "No palm found", "No palm region was found in the probe: give a cropped palm image."),
+    (InvalidImageError, "Not a usable image", "The file is not an image this encoder can read."),
+    (ModalityMismatchError, "Wrong kind of probe", ""),
+    (UnknownIdentityError, "Not recognised",
+     "The probe matches nobody enrolled, so nothing was read or stored. Enrol first."),
+    (NoteNotFoundError, "No such note", "None of your notes has that id."),
+    (TooManyAttemptsError, "Too many attempts", ""),
+    (SessionExpiredError, "Session ended", ""),
+    (AuthenticationError, "Not authorised", ""),
+    (StepUpRequiredError, "Fresh probe needed", ""),
+    (AlreadyEnrolledError, "Already enrolled", ""),
+    (InconsistentSamplesError, "Not one person", ""),
+    (DuplicateLabelError, "Name taken", ""),
+    (EnrolmentError, "Captures refused", ""),
+    (ForgetIncompleteError, "Not erased yet", "Your memories and templates are deleted, but another "
+     "process is still reading the store, so their last bytes are not erased yet: the next forget or a restart "
+     "finishes it."),
+    (KeyUnavailableError, "Store locked", "The templates' key is missing or wrong; the server log says why."),
+    (ModelUnavailableError, "Encoder not available", "This encoder's weights are not installed on this "
+     "server: choose another probe encoder."),
+    (LLMError, "LLM unreachable", "The language model did not answer; the gate and retrieval worked. "
+     "Try again later, or check BIOMEM_LLM / OPENAI_BASE_URL / OPENAI_API_KEY."),
+    (StoreCorruptError, "Store unreadable", "The memory store cannot be read; the server log says why."),
+    (InvalidInputError, "Invalid input", ""),
+    (BioMemError, "Refused", ""),
+]
+SELF_EXPLAINED = (NoFaceError, MultipleFacesError, NoPalmError, InvalidImageError, UnknownIdentityError,
+                  NoteNotFoundError)
+LOGGED_ONLY = (LLMError, ModelUnavailableError, StoreCorruptError, KeyUnavailableError,
+               ForgetIncompleteError)  # their details name servers and paths
+
+
+def readable(exc: BaseException) -> tuple[str, str]:
+    """(title, message) a person can act on; never a traceback, never a server path."""
+    for cls, title, message in ERRORS:
+        if isinstance(exc, cls):
+            if isinstance(exc, LOGGED_ONLY):
+                log.warning("%s: %s", exc.__class__.__name__, exc)
+                return title, message
+            if message and isinstance(exc, SELF_EXPLAINED):
+                return title, message
+            detail = str(exc).replace("image bytes", "the image")
+            detail = detail[:1].upper() + detail[1:]
+            return title, f"{message} ({detail})" if message and detail else (message or detail)
+    return "Something went wrong", f"{exc.__class__.__name__}; the details are in the server log."
+

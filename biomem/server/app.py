@@ -1,0 +1,187 @@
+"""One ASGI app over one store: the REST API at /v1, MCP at /mcp, the Gradio page at /.
+
+    app = create_app(mem, settings)             # FastAPI; `biomem serve` runs it with uvicorn
+    with served(app) as url:                    # tests: uvicorn in a thread on a free 127.0.0.1 port
+        httpx.get(f"{url}/v1/health")
+
+Bodies of /v1 and /mcp are capped at MAX_BODY before they are read (413); every refusal is the JSON
+error of biomem.server.errors. The page keeps the app's privacy settings (no analytics, no run
+history, no Gradio MCP). Other ASGI apps join through `mounts=` (path, app) and `lifespans=`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from .. import __version__
+from ..aio import AsyncBioMemory
+from ..memory import BioMemory
+from ..settings import Settings
+from . import errors, rest
+from .auth import address_of, authenticator, loopback
+from .errors import ApiError, error_json
+from .probes import MAX_BODY
+
+log = logging.getLogger("biomem.server")
+
+ASGIApp = Callable[..., Any]
+Lifespan = Callable[[FastAPI], contextlib.AbstractAsyncContextManager[Any]]
+LIMITED = ("/v1", "/mcp")  # paths whose bodies MAX_BODY caps (the page has Gradio's own max_file_size)
+DESCRIPTION = """Identity-gated memory for LLM agents. Every memory belongs to a biometric identity: the
+probe in the request (an image) or a session opened with one decides who is asking, never a user id.
+A stranger gets empty results. Authenticate with `Authorization: Bearer <key>` (`biomem keys create`)."""
+
+
+class BodyLimit:
+    """ASGI middleware: a body over `limit` bytes is a 413 before it is read (by Content-Length), or as
+    soon as it passes the limit (chunked); only for paths under `prefixes`."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY, prefixes: Sequence[str] = LIMITED) -> None:
+        self.app, self.limit, self.prefixes = app, limit, tuple(prefixes)
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(self.prefixes):
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length", b"")
+        if length and (not length.isdigit() or int(length) > self.limit):
+            return await self._refuse(send)
+        seen = 0
+
+        async def counted() -> dict:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise ApiError(413, "PayloadTooLarge", self._message())
+            return message
+        await self.app(scope, counted, send)
+
+    def _message(self) -> str:
+        return f"The body is over {self.limit // (1024 * 1024)} MB: send a smaller image."
+
+    async def _refuse(self, send: Callable) -> None:
+        body = json.dumps(error_json("PayloadTooLarge", "Body too large", self._message())).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """The OpenAPI document, with the body models the routes describe by reference."""
+    def build() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in rest.BODIES:
+            body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(body.pop("$defs", {}))
+            components[model.__name__] = body
+        app.openapi_schema = schema
+        return schema
+    return build
+
+
+def create_app(mem: BioMemory, settings: Settings | None = None, *, ui: bool = True, mcp: bool = True,
+               amem: AsyncBioMemory | None = None, mounts: Sequence[tuple[str, ASGIApp]] = (),
+               lifespans: Sequence[Lifespan] = ()) -> FastAPI:
+    """FastAPI over `mem`: REST at /v1, MCP at /mcp (when biomem.server.mcp is there and `mcp`), extra
+    `mounts` (path, ASGI app) with their `lifespans`, and the Gradio page at / (`ui`). The caller
+    keeps `mem` and closes it."""
+    settings = settings or Settings.from_env()
+    amem = amem or AsyncBioMemory(mem)
+    spans: list[Lifespan] = list(lifespans)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            for span in spans:
+                await stack.enter_async_context(span(app))
+            yield
+
+    app = FastAPI(title="Bio-Memory", version=__version__, description=DESCRIPTION, lifespan=lifespan,
+                  docs_url="/v1/docs", redoc_url=None, openapi_url="/v1/openapi.json")
+    app.state.mem, app.state.amem, app.state.settings = mem, amem, settings
+    app.state.local = loopback(settings.host)  # keyless requests are served only on a loopback bind
+    errors.install(app)
+    app.add_middleware(BodyLimit)
+    app.include_router(rest.router, prefix="/v1")
+    app.openapi = _openapi(app)  # type: ignore[method-assign]
+    if mcp:
+        _mount_mcp(app, spans)
+    for path, sub in mounts:
+        app.mount(path, sub)
+    if ui:
+        _mount_ui(app, mem, settings)
+    return app
+
+
+def _mount_mcp(app: FastAPI, spans: list[Lifespan]) -> None:
+    """MCP at /mcp (biomem.server.mcp.build_mcp): the same store, keys and client addresses as /v1."""
+    try:
+        from .mcp import LOCAL_KEY, build_mcp
+    except ImportError as exc:  # the `mcp` SDK is not installed
+        log.warning("no MCP endpoint at /mcp: %s", exc)
+        return
+    settings: Settings = app.state.settings
+    mcp_app = build_mcp(app.state.amem, host=settings.host, max_request_body_size=MAX_BODY,
+                        authenticate=authenticator(app.state.mem.store, app.state.local, LOCAL_KEY),
+                        client_address=lambda request: address_of(request, settings.trust_proxy)[-1].split(":", 1)[1])
+    spans.append(lambda _: mcp_app.lifespan())
+    app.add_route("/mcp", mcp_app, include_in_schema=False)  # exactly /mcp, as agent hosts are configured
+    app.mount("/mcp", mcp_app)  # and below it
+
+
+def _mount_ui(app: FastAPI, mem: BioMemory, settings: Settings) -> None:
+    """The Gradio page at /, with the options `python app.py` launches it with."""
+    from ..ui import build_app  # sets Gradio's analytics and run-history variables before gradio loads
+    from ..ui.style import CSS, THEME
+
+    import gradio as gr
+
+    page = build_app(mem, settings=settings)
+    gr.mount_gradio_app(app, page, path="/", footer_links=["api", "gradio", "settings"], run_history=False,
+                        show_error=False, max_file_size="10mb", ssr_mode=False, enable_monitoring=False, pwa=False,
+                        mcp_server=False, theme=THEME, css=CSS)
+    app.state.page = page
+
+
+def uvicorn_config(app: FastAPI, host: str, port: int, **options: Any) -> uvicorn.Config:
+    """uvicorn's settings for this app: the socket's peer is the client address (X-Forwarded-For only
+    through BIOMEM_TRUST_PROXY), no server header, no access log (addresses and paths stay out of the log)."""
+    return uvicorn.Config(app, host=host, port=port, proxy_headers=False, server_header=False, access_log=False,
+                          **{"log_level": "info", "timeout_graceful_shutdown": 10, **options})
+
+
+@contextlib.contextmanager
+def served(app: FastAPI, host: str = "127.0.0.1", port: int | None = None,
+           timeout: float = 120.0) -> Iterator[str]:
+    """The base URL of `app` served by uvicorn in a thread on a free port; stopped on exit."""
+    from ..llamacpp import free_port
+
+    port = port or free_port()
+    server = uvicorn.Server(uvicorn_config(app, host, port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="biomem-serve", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise RuntimeError(f"the server did not start on {host}:{port}")
+        time.sleep(0.02)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)

@@ -1,0 +1,153 @@
+"""Who is calling: the API key of a request, its role, and its keys for the attempt limits.
+
+    Authorization: Bearer bm_...      (or X-API-Key: bm_...)
+
+With at least one unrevoked key in the store, a request without a valid key is refused (401) and a
+route outside the key's role is 403. A store with no key serves requests without one as an
+`agent`, and only on a loopback address (`biomem serve` refuses any other; an app bound elsewhere
+never serves a keyless request, even once its last key is revoked). A key never says who the
+*person* is: that is always the probe (or a session opened with one).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from fastapi import Depends, Request
+from fastapi.security import APIKeyHeader, HTTPBearer
+from starlette.concurrency import run_in_threadpool
+
+from ..keys import ApiKey, any_keys, authenticate
+from ..limits import client_keys
+from ..memory import BioMemory
+from ..store import Store
+from .errors import ApiError
+
+ANONYMOUS = "anonymous"  # what sessions are bound to on a store without keys (loopback only)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The service caller of one request: its key (None on a store without keys) and client keys."""
+
+    key: ApiKey | None
+    address: str
+    clients: list[str] = field(default_factory=list)  # attempt limits: [key tag, "address:<ip>"]
+
+    @property
+    def role(self) -> str:
+        return self.key.role if self.key else "agent"
+
+    @property
+    def admin(self) -> bool:
+        return self.role == "admin"
+
+    @property
+    def tag(self) -> str:
+        """What this caller's sessions are bound to."""
+        return self.key.tag if self.key else ANONYMOUS
+
+    def require_admin(self, what: str) -> None:
+        """ApiError 403 unless this caller holds an admin key."""
+        if not self.admin:
+            raise ApiError(403, "AuthenticationError", f"{what} needs an admin key; this key's role is {self.role}.",
+                           title="Not authorised")
+
+
+def presented_key(request: Request) -> str | None:
+    """The secret the request carries: `Authorization: Bearer <key>` or `X-API-Key: <key>`."""
+    scheme, _, secret = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and secret.strip():
+        return secret.strip()
+    return request.headers.get("x-api-key", "").strip() or None
+
+
+def address_of(request: Request, trust_proxy: bool) -> list[str]:
+    """["address:<client ip>"], behind a trusted proxy its last X-Forwarded-For hop."""
+    host = request.client.host if request.client else ""
+    return client_keys(None, host, request.headers.get("x-forwarded-for"), trust_proxy=trust_proxy)
+
+
+def open_without_key(store: Store, local: bool) -> bool:
+    """Whether a request without a key is served: only on a loopback-bound server whose store holds no
+    unrevoked key (revoking the last key of a public server does not open it)."""
+    return local and not any_keys(store)
+
+
+def authenticator(store: Store, local: bool, anonymous: ApiKey) -> Callable[[str | None], ApiKey | None]:
+    """secret -> its ApiKey; `anonymous` for no secret when open_without_key; else None (refused)."""
+    def check(secret: str | None) -> ApiKey | None:
+        if secret is not None:
+            return authenticate(store, secret)
+        return anonymous if open_without_key(store, local) else None
+    return check
+
+
+def _lookup(mem: BioMemory, secret: str | None, local: bool) -> tuple[bool, ApiKey | None]:
+    """(whether a request without a key is served, the key `secret` is)."""
+    return open_without_key(mem.store, local), authenticate(mem.store, secret) if secret else None
+
+
+async def identify_caller(request: Request, *, optional: bool = False) -> Caller:
+    """The Caller of `request`; ApiError 401 for a missing, unknown or revoked key (unless `optional`,
+    which gives an anonymous agent instead, for the health check)."""
+    state = request.app.state
+    secret = presented_key(request)
+    # SQLite: off the event loop
+    anonymous_ok, key = await run_in_threadpool(_lookup, state.mem, secret, state.local)
+    if key is None and (secret is not None or not anonymous_ok) and not optional:
+        raise ApiError(401, "AuthenticationError",
+                       "This API key is unknown or revoked." if secret else
+                       "Send an API key: Authorization: Bearer <key> (biomem keys create NAME).",
+                       title="Not authorised", headers={"WWW-Authenticate": "Bearer"})
+    if key is None and not optional:
+        refuse_remote(request)
+    addresses = address_of(request, state.settings.trust_proxy)
+    return Caller(key, addresses[-1].removeprefix("address:"), [*([key.tag] if key else []), *addresses])
+
+
+# Declared for the OpenAPI document ("Authorize" in /v1/docs); identify_caller reads the headers itself.
+BEARER = HTTPBearer(auto_error=False, description="an API key from `biomem keys create NAME --role agent|admin`")
+API_KEY = APIKeyHeader(name="X-API-Key", auto_error=False, description="the same key, as a header")
+
+
+async def caller(request: Request, _bearer: Any = Depends(BEARER), _key: Any = Depends(API_KEY)) -> Caller:
+    """FastAPI dependency: the authenticated caller of a route."""
+    return await identify_caller(request)
+
+
+async def maybe_caller(request: Request, _bearer: Any = Depends(BEARER), _key: Any = Depends(API_KEY)) -> Caller:
+    """FastAPI dependency: the caller if it shows a valid key, else an anonymous agent (never 401)."""
+    return await identify_caller(request, optional=True)
+
+
+def refuse_remote(request: Request) -> None:
+    """A keyless caller must be local by its Host and Origin too: a web page cannot reach a keyless
+    server through DNS rebinding or a cross-site form post (ApiError 403)."""
+    origin = request.headers.get("origin")
+    if not loopback(_hostname(f"//{request.headers.get('host', '')}")) or \
+            (origin is not None and not loopback(_hostname(origin))):
+        raise ApiError(403, "AuthenticationError", "A server without API keys answers local callers only.",
+                       title="Not authorised")
+
+
+def _hostname(url: str) -> str:
+    """The host name of a URL or //netloc, "" when it has none or cannot be parsed."""
+    try:
+        return urlsplit(url).hostname or ""
+    except ValueError:
+        return ""
+
+
+def loopback(host: str) -> bool:
+    """Whether binding `host` serves this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,152 @@
+"""Every refusal as one JSON shape, with the web app's own words:
+
+    {"error": {"type": "NoFaceError", "title": "No face found", "message": "No face was found ..."}}
+
+Engine errors keep their class name as `type` (biomem.client raises the same class again) and take
+title and message from biomem.messages.readable, so the API and the page say the same thing.
+The status says what kind of refusal it is (STATUS); nothing unexpected ever reaches a client
+beyond "Something went wrong": the traceback goes to the server log.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import (
+    AlreadyEnrolledError,
+    AuthenticationError,
+    BioMemError,
+    DisclosureError,
+    DuplicateLabelError,
+    EnrolmentError,
+    ForgetIncompleteError,
+    InvalidInputError,
+    KeyUnavailableError,
+    LLMError,
+    ModelUnavailableError,
+    NoteNotFoundError,
+    SessionExpiredError,
+    StepUpRequiredError,
+    StoreCorruptError,
+    TooManyAttemptsError,
+    UnknownIdentityError,
+)
+from ..messages import readable
+
+log = logging.getLogger("biomem.server")
+
+# (engine error class, HTTP status); the first match wins, so subclasses come first.
+STATUS: list[tuple[type[BaseException], int]] = [
+    (TooManyAttemptsError, 429),
+    (SessionExpiredError, 401),
+    (AuthenticationError, 401),
+    (NoteNotFoundError, 404),
+    (UnknownIdentityError, 403),
+    (StepUpRequiredError, 403),
+    (AlreadyEnrolledError, 409),
+    (DuplicateLabelError, 409),
+    (EnrolmentError, 422),
+    (InvalidInputError, 422),  # bad input, not an image, no face, two faces, wrong modality
+    (LLMError, 502),
+    (ModelUnavailableError, 503),
+    (KeyUnavailableError, 503),
+    (ForgetIncompleteError, 503),
+    (StoreCorruptError, 500),
+    (DisclosureError, 500),
+    (BioMemError, 400),
+]
+HTTP_TITLES = {400: "Bad request", 401: "Not authorised", 403: "Forbidden", 404: "Not found",
+               405: "Method not allowed", 413: "Body too large", 415: "Unsupported content type",
+               422: "Invalid input", 429: "Too many requests"}
+
+
+class ApiError(Exception):
+    """A refusal the service makes itself (auth, role, body size, content type), or an engine error
+    sent with another status than STATUS gives (an admin's unknown identity id is a 404)."""
+
+    def __init__(self, status: int, type_: str, message: str, *, title: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.type, self.message = status, type_, message
+        self.title = title or HTTP_TITLES.get(status, "Refused")
+        self.headers = headers or {}
+
+
+def status_of(exc: BaseException) -> int:
+    """The HTTP status of an engine error (500 for anything that is not one)."""
+    return next((status for cls, status in STATUS if isinstance(exc, cls)), 500)
+
+
+def error_json(type_: str, title: str, message: str) -> dict[str, Any]:
+    """The one error shape every route answers with."""
+    return {"error": {"type": type_, "title": title, "message": message}}
+
+
+def engine_response(exc: BaseException) -> JSONResponse:
+    """An engine error (or anything unexpected) as the JSON error, with its status and headers."""
+    title, message = readable(exc)
+    status = status_of(exc)
+    headers = {}
+    if isinstance(exc, TooManyAttemptsError):
+        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    name = exc.__class__.__name__ if isinstance(exc, BioMemError) else "InternalError"
+    return JSONResponse(error_json(name, title, message), status_code=status, headers=headers)
+
+
+def api_response(exc: ApiError) -> JSONResponse:
+    return JSONResponse(error_json(exc.type, exc.title, exc.message), status_code=exc.status, headers=exc.headers)
+
+
+def validation_message(errors: list[Any]) -> str:
+    """Pydantic's complaints as one line (field: what is wrong), never echoing the input."""
+    parts = []
+    for error in errors[:5]:
+        where = ".".join(str(p) for p in error.get("loc", ()) if p not in ("body", "path", "query", "header"))
+        parts.append(f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg", "invalid")))
+    return "; ".join(parts) or "invalid input"
+
+
+def invalid(exc: ValidationError) -> InvalidInputError:
+    """A pydantic ValidationError as the engine's InvalidInputError (422, the same JSON)."""
+    return InvalidInputError(validation_message(exc.errors(include_input=False)))
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that turn every refusal into the JSON error."""
+
+    async def on_engine(request: Request, exc: Exception) -> JSONResponse:
+        return engine_response(exc)
+
+    async def on_api(request: Request, exc: Exception) -> JSONResponse:
+        return api_response(exc)  # type: ignore[arg-type]
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        return engine_response(InvalidInputError(validation_message(exc.errors())))  # type: ignore[attr-defined]
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        status = getattr(exc, "status_code", 500)
+        title = HTTP_TITLES.get(status, "Refused")
+        kind = {404: "NotFound", 405: "MethodNotAllowed"}.get(status, "HTTPError")
+        message = {404: "No such route.", 405: "This route does not take that method."}.get(status, title)
+        return JSONResponse(error_json(kind, title, message), status_code=status,
+                            headers=getattr(exc, "headers", None))
+
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error in %s %s", request.method, request.url.path)
+        return engine_response(exc)
+
+    app.add_exception_handler(BioMemError, on_engine)
+    app.add_exception_handler(ApiError, on_api)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_unexpected)

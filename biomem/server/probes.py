@@ -1,0 +1,223 @@
+"""A request's body as fields and a probe the engine can take, from multipart or JSON.
+
+Multipart (`curl -F`): text fields beside image files `probe` (the store's default modality),
+`probe_<modality>` (one per modality of a multi-modal probe) or `images` (enrolment).
+JSON: the same fields, images as base64 objects:
+
+    {"query": "my PIN?", "probe": {"data": "<base64>", "mime_type": "image/png"}}
+    {"query": "my PIN?", "probes": {"face-arcface-s": {...}, "palm-compcode": {...}}}
+    {"query": "my PIN?", "probe": {"embedding": [0.1, ...], "modality": "face-arcface-s"}}   # admin key only
+
+A probe only ever becomes bytes (or a Probe of an admin's embedding), never a path: a string can
+not make the engine read a server file. Files stay in memory (the body is at most MAX_BODY), so no
+probe touches the disk.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+from fastapi import Request
+from pydantic import BaseModel, ValidationError
+from starlette.datastructures import UploadFile
+from starlette.concurrency import run_in_threadpool
+from starlette.formparsers import MultiPartException, MultiPartParser
+
+from ..errors import InvalidImageError, InvalidInputError, ModalityMismatchError
+from ..gate import Probe
+from ..memory import BioMemory
+from .auth import Caller
+from .errors import ApiError, invalid
+from .models import ProbeData
+
+MAX_BODY = 10 * 1024 * 1024  # bytes of one request body (probes and enrolment images included)
+MAX_IMAGES = 10  # enrolment captures per request
+MAX_EMBEDDING = 8192  # values of a precomputed probe
+M = TypeVar("M", bound=BaseModel)
+
+
+class InMemoryParser(MultiPartParser):
+    """Starlette's multipart parser with files kept in memory (never spooled to a temp file)."""
+
+    spool_max_size = MAX_BODY + 1
+
+
+@dataclass
+class Body:
+    """A parsed request: the validated fields, the probe (None if none was sent) and enrolment images."""
+
+    fields: Any
+    probe: Any = None
+    images: list[Any] = field(default_factory=list)
+
+
+def media_type(request: Request) -> str:
+    """The request's content type without parameters, lower-case."""
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+async def parse(request: Request, model: type[M], caller: Caller, mem: BioMemory) -> Body:
+    """Validate the body against `model` (its fields, and probe/probes/images for JSON) and read the
+    probe; 415 for a body that is neither multipart nor JSON, 422 for anything malformed."""
+    kind = media_type(request)
+    # the store's modalities, read in a worker thread: the event loop never waits on the store's lock
+    known = Modalities(mem.modality, await run_in_threadpool(mem.gate.modalities))
+    if kind == "multipart/form-data":
+        fields, files = await _multipart(request)
+        probe = _file_probe(files, known)
+        images = files.pop("images", [])
+        if files:
+            raise InvalidInputError(f"unexpected file field(s): {', '.join(sorted(files))}")
+        data: dict[str, Any] = fields
+    elif kind == "application/x-www-form-urlencoded":  # curl -d: fields only, so no probe
+        data, probe, images = await _urlencoded(request), None, None
+    elif kind == "application/json" or kind.endswith("+json"):
+        data, probe, images = _json(await request.body()), None, None
+    elif not kind and not await request.body():
+        data, probe, images = {}, None, None
+    else:
+        raise ApiError(415, "UnsupportedMediaType",
+                       "Send multipart/form-data (curl -F), application/json or a urlencoded form.")
+    try:
+        fields = model.model_validate(data)
+    except ValidationError as exc:
+        raise invalid(exc) from None
+    if images is None:  # JSON (or no body): the probe and images are in the validated fields
+        probe = json_probe(getattr(fields, "probe", None), getattr(fields, "probes", None), caller, known)
+        images = [decode(item, "images") for item in getattr(fields, "images", None) or []]
+    if len(images or []) > MAX_IMAGES:
+        raise InvalidInputError(f"at most {MAX_IMAGES} images per enrolment")
+    return Body(fields, probe, images or [])
+
+
+async def _multipart(request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(text fields, files) of a multipart body; files as bytes, `images` as a list."""
+    parser = InMemoryParser(request.headers, request.stream(), max_files=MAX_IMAGES + 4, max_fields=32)
+    try:
+        form = await parser.parse()
+    except MultiPartException as exc:
+        raise InvalidInputError(f"malformed multipart body: {exc}") from None
+    fields: dict[str, Any] = {}
+    files: dict[str, Any] = {}
+    try:
+        for name, value in form.multi_items():
+            if isinstance(value, UploadFile):
+                _check_upload_type(name, value.content_type)
+                content = await value.read()
+                if name == "images":
+                    files.setdefault("images", []).append(content)
+                else:
+                    files[name] = content
+            elif name == "messages":
+                fields[name] = _json(value.encode(), "messages")  # a JSON list in one form field
+            else:
+                fields[name] = value
+    finally:
+        await form.close()
+    return fields, files
+
+
+async def _urlencoded(request: Request) -> dict[str, Any]:
+    """The text fields of a urlencoded form (`curl -d`)."""
+    form = await request.form(max_fields=32)
+    return {name: _json(value.encode(), "messages") if name == "messages" else value
+            for name, value in form.multi_items() if isinstance(value, str)}
+
+
+def _check_upload_type(name: str, content_type: str | None) -> None:
+    """An upload that says it is not an image is refused before decoding (no type, or octet-stream, is tried)."""
+    kind = (content_type or "").split(";")[0].strip().lower()
+    if kind and not kind.startswith("image/") and kind != "application/octet-stream":
+        raise InvalidImageError(f"{name} is {kind}, not an image")
+
+
+def _json(raw: bytes, what: str = "the body") -> Any:
+    """Parsed JSON; InvalidInputError (422) when it is not."""
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidInputError(f"{what} is not valid JSON") from None
+
+
+def _file_probe(files: dict[str, Any], known: Modalities) -> Any:
+    """The multipart probe: `probe` alone as bytes, or {modality: bytes} with probe_<modality> files."""
+    parts = {name.removeprefix("probe_"): files.pop(name) for name in list(files) if name.startswith("probe_")}
+    single = files.pop("probe", None)
+    if not parts:
+        return single
+    if single is not None:
+        parts.setdefault(known.default, single)
+    for modality in parts:
+        known.check(modality)
+    return parts
+
+
+@dataclass(frozen=True)
+class Modalities:
+    """The store's default modality and the enrolled ones, as one request sees them."""
+
+    default: str
+    enrolled: list[str]
+
+    def check(self, modality: str) -> None:
+        """A probe's modality must be one this store enrolled: refused before any encoder loads."""
+        if modality not in self.enrolled and modality != self.default:
+            raise ModalityMismatchError(f"no {modality!r} templates in this store; enrolled modalities: "
+                                        f"{', '.join(self.enrolled) or 'none'}")
+
+
+def decode(item: ProbeData, what: str = "probe") -> bytes:
+    """The image bytes of a base64 object (a data: URL works too); 422 if it is not an image."""
+    if item.embedding is not None or item.data is None:
+        raise InvalidInputError(f"{what} needs base64 image data")
+    if item.mime_type and not item.mime_type.lower().startswith("image/"):
+        raise InvalidImageError(f"{what} is {item.mime_type}, not an image")
+    data = item.data.strip()
+    if data.startswith("data:"):
+        header, _, data = data.partition(",")
+        if not header.lower().startswith("data:image/") or not header.lower().endswith(";base64"):
+            raise InvalidImageError(f"{what} is not a base64 image data URL")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidInputError(f"{what} data is not valid base64") from None
+    if not raw:
+        raise InvalidImageError(f"{what} is empty")
+    return raw
+
+
+def _one(item: ProbeData, caller: Caller, known: Modalities, modality: str | None) -> Any:
+    """Bytes, or a Probe for an admin's precomputed embedding."""
+    name = modality or item.modality
+    if item.embedding is None:
+        if name:
+            known.check(name)
+        return decode(item)
+    caller.require_admin("A precomputed probe embedding")
+    if not name:
+        raise InvalidInputError("a precomputed probe embedding needs its modality")
+    if item.modality and modality and item.modality != modality:
+        raise ModalityMismatchError(f"probe says {item.modality!r}, filed under {modality!r}")
+    known.check(name)
+    vector = np.asarray(item.embedding, dtype=np.float32)
+    if not 0 < vector.size <= MAX_EMBEDDING:
+        raise InvalidInputError(f"a probe embedding has 1 to {MAX_EMBEDDING} values")
+    return Probe(vector, name)
+
+
+def json_probe(probe: ProbeData | None, probes: dict[str, ProbeData] | None, caller: Caller,
+               known: Modalities) -> Any:
+    """The probe of a JSON body: bytes, a Probe, or {modality: bytes | Probe}; None if none was sent."""
+    parts = {name: _one(item, caller, known, name) for name, item in (probes or {}).items()}
+    if probe is None:
+        return parts or None
+    single = _one(probe, caller, known, None)
+    if not parts and probe.modality is None:
+        return single
+    parts.setdefault(probe.modality or known.default, single)
+    return parts

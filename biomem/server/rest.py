@@ -1,0 +1,342 @@
+"""The REST API under /v1: Mem0-shaped routes over the engine, the requester always decided by a probe.
+
+A requester is the probe in the request (multipart file `probe`, or JSON `probe`), or a session
+opened with one (`POST /v1/sessions`, then header `X-Biomem-Session`). Reads without a body
+(`GET /v1/memories...`) need a session; changes (`PUT`/`DELETE`) need a fresh step-up probe in
+the body, with or without a session. Every engine call runs in AsyncBioMemory's worker threads,
+with the caller's attempt-limit keys ([key tag, "address:<ip>"]).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Header, Path, Request, Response
+
+from .. import __version__
+from ..disclosure import note_view
+from ..errors import InvalidInputError, SessionExpiredError, StepUpRequiredError, UnknownIdentityError
+from ..memory import BioMemory
+from ..records import Note
+from ..sessions import Session
+from ..timeparse import parse_timestamp
+from .auth import Caller, caller, maybe_caller
+from .errors import ApiError
+from .models import (
+    AddBody,
+    AnswerReply,
+    AskBody,
+    EnrolBody,
+    ErrorReply,
+    ForgetReply,
+    HealthReply,
+    HistoryReply,
+    IdentityReply,
+    MemoriesReply,
+    MemoryItem,
+    SearchBody,
+    SearchReply,
+    SessionBody,
+    SessionReply,
+    StepUpBody,
+    UpdateBody,
+)
+from .probes import Body, parse
+
+SESSION_HEADER = "X-Biomem-Session"
+ERRORS = {status: {"model": ErrorReply, "description": text} for status, text in {
+    401: "no valid API key, or the session ended", 403: "wrong role, not recognised, or step-up failed",
+    413: "body over 10 MB", 415: "neither multipart, JSON nor a urlencoded form", 422: "bad input: image, face, modality, field",
+    429: "too many non-matching probes (Retry-After)", 502: "the LLM did not answer",
+    503: "an encoder is not available"}.items()}
+
+
+def session_header(token: str | None = Header(None, alias=SESSION_HEADER, description=(
+        "a session token from POST /v1/sessions: the requester without a probe"))) -> str | None:
+    """Declares the session header in the OpenAPI document (session_of reads it)."""
+    return token
+
+
+router = APIRouter(responses=ERRORS, dependencies=[Depends(session_header)])
+BODIES: list[type] = [SessionBody, AddBody, SearchBody, AskBody, UpdateBody, StepUpBody, EnrolBody]
+NoteId = Path(gt=0, lt=2**63, description="a note id")
+KEPT = {"response_model_exclude_unset": True}  # replies hold exactly the engine view's keys
+PROBE_FILES = {"probe": "the requester's image",
+               "probe_<modality>": "one image per modality, for a probe of several modalities"}
+
+
+def body_doc(model: type, files: dict[str, str] | None = None) -> dict[str, Any]:
+    """OpenAPI requestBody of a route that takes JSON (`model`) or multipart (its fields + image files)."""
+    files = files or PROBE_FILES
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    fields = {k: v for k, v in schema.get("properties", {}).items() if k not in ("probe", "probes", "images")}
+    binary = {name: {"type": "string", "format": "binary", "description": text} for name, text in files.items()}
+    if "images" in binary:
+        binary["images"] = {"type": "array", "items": {"type": "string", "format": "binary"},
+                            "description": files["images"]}
+    return {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}},
+        "multipart/form-data": {"schema": {"type": "object", "properties": {**fields, **binary}}}}}}
+
+
+def engine(request: Request) -> tuple[BioMemory, Any]:
+    """(BioMemory, AsyncBioMemory) of the app."""
+    return request.app.state.mem, request.app.state.amem
+
+
+async def session_of(request: Request, who: Caller, *, required: bool = False) -> Session | None:
+    """The live session of the X-Biomem-Session header, opened under this caller's key (401 otherwise)."""
+    token = request.headers.get(SESSION_HEADER)
+    if not token:
+        if required:
+            raise SessionExpiredError(f"this needs a session: open one with POST /v1/sessions and send its token "
+                                      f"as {SESSION_HEADER}")
+        return None
+    mem, amem = engine(request)
+    return await amem.run(mem.sessions.get, token, who.tag)
+
+
+async def requester(request: Request, who: Caller, body: Body) -> Session | None:
+    """For reads and adds: a session or a probe, exactly one."""
+    session = await session_of(request, who)
+    if session is not None and body.probe is not None:
+        raise InvalidInputError(f"send a probe or an {SESSION_HEADER} header, not both")
+    if session is None and body.probe is None:
+        raise InvalidInputError(f"a probe is needed (an image file `probe`, or JSON `probe`), or an "
+                                f"{SESSION_HEADER} header")
+    return session
+
+
+def fresh_probe(body: Body, action: str) -> Any:
+    """Changes need a fresh step-up probe in the body, session or not."""
+    if body.probe is None:
+        raise StepUpRequiredError(f"{action} needs a fresh probe in the body: nothing was changed")
+    return body.probe
+
+
+def item(note: Note, event: str | None = None) -> dict[str, Any]:
+    """A note as the API shows it (disclosure's note view), with Mem0's event when there is one."""
+    return {**note_view(note), **({"event": event} if event else {})}
+
+
+# ---- service --------------------------------------------------------------------------------------
+
+@router.get("/health", response_model=HealthReply, **KEPT, summary="Status (counts for an admin key only)")
+async def health(request: Request, who: Caller = Depends(maybe_caller)) -> dict[str, Any]:
+    """Status and version; with an admin key also the store's counts, encoder, τ, LLM and policy."""
+    reply: dict[str, Any] = {"status": "ok", "version": __version__}
+    if who.admin:
+        mem, amem = engine(request)
+        reply["store"] = await amem.run(mem.overview)
+    return reply
+
+
+@router.post("/sessions", status_code=201, response_model=SessionReply, openapi_extra=body_doc(SessionBody),
+             summary="Open a requester session: the gate runs once")
+async def open_session(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """Run the gate once on the probe: a token that acts as that person (bound to this API key)."""
+    mem, amem = engine(request)
+    body = await parse(request, SessionBody, who, mem)
+    if body.probe is None:
+        raise InvalidInputError("a session is opened with a probe")
+    session = await amem.run(mem.session, body.probe, client=who.clients, ttl=body.fields.ttl, bound_to=who.tag)
+    return {"session": session.token, "expires_in": round(session.expires_in, 1), "label": session.label,
+            "broad": session.broad}
+
+
+@router.delete("/sessions", status_code=204, summary="End the session of the X-Biomem-Session header")
+async def end_session(request: Request, who: Caller = Depends(caller)) -> Response:
+    """End the session now (it also ends by itself after `ttl`, and when its person is forgotten)."""
+    session = await session_of(request, who, required=True)
+    session.close()  # type: ignore[union-attr]
+    return Response(status_code=204)
+
+
+# ---- identities -----------------------------------------------------------------------------------
+
+@router.post("/identities", status_code=201, response_model=IdentityReply, summary="Enrol a person",
+             openapi_extra=body_doc(EnrolBody, {"images": "one or more captures of one person"}))
+async def enrol(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """Create an identity from one or more captures of one person (refused if they are enrolled already)."""
+    mem, amem = engine(request)
+    body = await parse(request, EnrolBody, who, mem)
+    if not body.images:
+        raise InvalidInputError("enrolment needs one or more images (`images`)")
+    mem.limiter.check(who.clients)  # a client in cool-down is refused here too
+    modality = body.fields.modality
+    identity = await amem.enroll(body.fields.label, body.images, modality)
+    return {"id": identity.id, "label": identity.label, "modality": modality or mem.modality,
+            "templates": len(body.images)}
+
+
+def _forget_me(mem: BioMemory, probe: Any, session: Session | None, clients: list[str]) -> int:
+    """Forget whoever the fresh probe proves; with a session, only if that is the session's person."""
+    if session is not None:
+        mem.limiter.check(clients)
+        probe = mem.probes(probe)  # encoded once, for both checks
+        if mem.verify(probe, "Forgetting you", client=clients) != session.identity:
+            raise StepUpRequiredError("Forgetting you needs a fresh probe of this session's person: nothing was erased")
+    return mem.forget(probe=probe, client=clients)
+
+
+@router.delete("/identities/me", response_model=ForgetReply, openapi_extra=body_doc(StepUpBody),
+               summary="Forget me: notes, links, history, templates (fresh step-up probe)")
+async def forget_me(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """Erase the person a fresh step-up probe proves (and, with a session, only the session's person)."""
+    mem, amem = engine(request)
+    body = await parse(request, StepUpBody, who, mem)
+    session = await session_of(request, who)
+    erased = await amem.run(_forget_me, mem, fresh_probe(body, "Forgetting you"), session, who.clients)
+    return {"id": erased, "forgotten": True}
+
+
+@router.delete("/identities/{identity_id}", response_model=ForgetReply, summary="Forget an identity (admin)")
+async def forget_identity(request: Request, identity_id: int = Path(gt=0, lt=2**63),
+                          who: Caller = Depends(caller)) -> dict[str, Any]:
+    """Erase an identity by id: notes, links, history, templates, index files (admin key)."""
+    who.require_admin("Forgetting by identity id")
+    mem, amem = engine(request)
+    try:
+        erased = await amem.forget(identity=identity_id)
+    except UnknownIdentityError:
+        raise ApiError(404, "UnknownIdentityError", f"No identity {identity_id}.", title="No such identity") from None
+    return {"id": erased, "forgotten": True}
+
+
+# ---- memories ---------------------------------------------------------------------------------------
+
+def _add(mem: BioMemory, texts: list[str], *, probe: Any, session: Session | None, identity: int | None,
+         infer: bool, timestamp: str | None, clients: list[str]) -> list[Note]:
+    """Store every text for one owner: the session's, the identity's (admin) or the probe's (gated once)."""
+    parse_timestamp(timestamp)  # a bad timestamp writes nothing
+    if session is not None:
+        return [session.add(text, timestamp=timestamp, infer=infer) for text in texts]
+    if identity is None:
+        if len(texts) == 1:
+            return [mem.add(texts[0], probe=probe, client=clients, timestamp=timestamp, infer=infer)]
+        gate = mem.identify(probe, policy="best", client=clients)
+        if gate.identity is None:
+            raise UnknownIdentityError("the probe matches no enrolled identity")
+        identity = gate.identity
+    return [mem.add(text, identity=identity, timestamp=timestamp, infer=infer) for text in texts]
+
+
+@router.post("/memories", status_code=201, response_model=MemoriesReply, **KEPT, openapi_extra=body_doc(AddBody),
+             summary="Remember, as the probe's (or session's) owner")
+async def add(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """Store `text`, or each non-system message, for the probe's (or the session's) owner."""
+    mem, amem = engine(request)
+    body = await parse(request, AddBody, who, mem)
+    fields: AddBody = body.fields
+    try:
+        texts = fields.texts()
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
+    session = None
+    if fields.identity is not None:
+        who.require_admin("Adding by identity id")
+        if body.probe is not None or request.headers.get(SESSION_HEADER):
+            raise InvalidInputError("send an identity (admin import) or a probe / session, not both")
+    else:
+        session = await requester(request, who, body)
+    try:
+        notes = await amem.run(_add, mem, texts, probe=body.probe, session=session, identity=fields.identity,
+                               infer=fields.infer, timestamp=fields.timestamp, clients=who.clients)
+    except UnknownIdentityError:
+        if fields.identity is None:
+            raise
+        raise ApiError(404, "UnknownIdentityError", f"No identity {fields.identity}.",
+                       title="No such identity") from None
+    return {"results": [item(note, "ADD") for note in notes]}
+
+
+@router.get("/memories", response_model=MemoriesReply, **KEPT,
+            summary="All of the session's person's notes (a session opened with a step-up-clear probe)")
+async def get_all(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """Every note of the session's person, oldest first (a session opened with a step-up-clear probe)."""
+    session = await session_of(request, who, required=True)
+    notes = await engine(request)[1].run(session.get_all)  # type: ignore[union-attr]
+    return {"results": [item(note) for note in notes]}
+
+
+@router.get("/memories/{note_id}", response_model=MemoryItem, **KEPT, summary="One of the session's notes")
+async def get(request: Request, note_id: int = NoteId, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """One of the session's person's notes; another owner's id is a 404 like a missing one."""
+    session = await session_of(request, who, required=True)
+    return item(await engine(request)[1].run(session.get, note_id))  # type: ignore[union-attr]
+
+
+@router.get("/memories/{note_id}/history", response_model=HistoryReply, **KEPT, summary="A note's events")
+async def history(request: Request, note_id: int = NoteId, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """A note's add / update / evolve / delete events, oldest first."""
+    session = await session_of(request, who, required=True)
+    events = await engine(request)[1].run(session.history, note_id)  # type: ignore[union-attr]
+    return {"results": [{**event, "memory_id": event["note_id"], "event": event["event"].upper(),
+                         "old_memory": (event["before"] or {}).get("content"),
+                         "new_memory": (event["after"] or {}).get("content"), "created_at": event["at"]}
+                        for event in events]}
+
+
+@router.put("/memories/{note_id}", response_model=MemoryItem, **KEPT, openapi_extra=body_doc(UpdateBody),
+            summary="Rewrite a note (fresh step-up probe)")
+async def update(request: Request, note_id: int = NoteId, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """Rewrite one of the requester's notes (analysed and embedded again)."""
+    mem, amem = engine(request)
+    body = await parse(request, UpdateBody, who, mem)
+    probe, session = fresh_probe(body, "Changing a note"), await session_of(request, who)
+    if session is not None:
+        note = await amem.run(session.update, note_id, body.fields.text, probe=probe)
+    else:
+        note = await amem.update(note_id, body.fields.text, probe=probe, client=who.clients)
+    return item(note, "UPDATE")
+
+
+@router.delete("/memories/{note_id}", response_model=MemoryItem, **KEPT, openapi_extra=body_doc(StepUpBody),
+               summary="Delete a note, its text erased from history too (fresh step-up probe)")
+async def delete(request: Request, note_id: int = NoteId, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """Delete one of the requester's notes; its text goes from the history too unless keep_history."""
+    mem, amem = engine(request)
+    body = await parse(request, StepUpBody, who, mem)
+    probe, session = fresh_probe(body, "Deleting a note"), await session_of(request, who)
+    keep = body.fields.keep_history
+    if session is not None:
+        note = await amem.run(session.delete, note_id, probe=probe, keep_history=keep)
+    else:
+        note = await amem.delete(note_id, probe=probe, client=who.clients, keep_history=keep)
+    return item(note, "DELETE")
+
+
+# ---- retrieval ----------------------------------------------------------------------------------------
+
+@router.post("/search", response_model=SearchReply, **KEPT, openapi_extra=body_doc(SearchBody),
+             summary="Gated search: only the requester's notes can come back")
+async def search(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """The requester's notes closest to `query`; a stranger gets empty results and no memory."""
+    mem, amem = engine(request)
+    body = await parse(request, SearchBody, who, mem)
+    fields, session = body.fields, await requester(request, who, body)
+    if session is not None:
+        result = await amem.run(session.search, fields.query, k=fields.k, links=fields.links)
+    else:
+        result = await amem.search(fields.query, probe=body.probe, k=fields.k, links=fields.links, client=who.clients)
+    return result.as_dict()
+
+
+@router.post("/ask", response_model=AnswerReply, **KEPT, openapi_extra=body_doc(AskBody),
+             summary="Answer from the requester's own notes only (a stranger's LLM sees none)")
+async def ask(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """An answer from the requester's own notes only; a stranger's LLM gets no memory context."""
+    mem, amem = engine(request)
+    body = await parse(request, AskBody, who, mem)
+    fields, session = body.fields, await requester(request, who, body)
+    if session is not None:
+        answer = await amem.run(session.ask, fields.question, k=fields.k, links=fields.links)
+    else:
+        answer = await amem.ask(fields.question, probe=body.probe, k=fields.k, links=fields.links, client=who.clients)
+    return answer.as_dict()
+
+
+@router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+async def no_such_route(path: str) -> None:
+    """Anything else under /v1 is the API's 404, not the page's."""
+    raise ApiError(404, "NotFound", "No such route.")
