@@ -21,9 +21,9 @@ app per server start.
 
 authenticate(secret) gets the bearer key of `Authorization: Bearer <key>` (None without one) and
 returns the caller's ApiKey, or None to refuse the request with 401 before any MCP message is
-read (the default, `store_authenticator(store)`: any unrevoked key of the store; while the store
-has never had a key, everyone is the local caller LOCAL_KEY; `keys.any_keys` alone would let
-everyone in again once the last key is revoked). Both roles, agent and admin, may use the
+read (the default is the REST API's, `biomem.server.auth.authenticator`: any unrevoked key of the
+store, and LOCAL_KEY for a keyless caller only while the store has no key and `host` is loopback).
+Both roles, agent and admin, may use the
 four tools. client_address(request) gives the requester's address (default: the socket's peer;
 pass the app's own when it trusts X-Forwarded-For). Attempt limits are kept per
 [key.tag, "address:<ip>"]. `host` is the address the server binds: for 127.0.0.1 or localhost
@@ -57,9 +57,8 @@ from ..aio import AsyncBioMemory
 from ..disclosure import note_view
 from ..errors import BioMemError, InvalidInputError
 from ..keys import ROLES, ApiKey
-from ..keys import authenticate as key_for
 from ..messages import readable  # the words of the web app's toasts and the REST errors (no gradio import)
-from ..store import Store
+from .auth import authenticator, loopback
 
 log = logging.getLogger(__name__)
 
@@ -138,15 +137,6 @@ class Caller:
     def clients(self) -> list[str]:
         """The attempt-limit keys of this caller."""
         return [self.key.tag] + ([f"address:{self.address}"] if self.address else [])
-
-
-def store_authenticator(store: Store) -> Callable[[str | None], ApiKey | None]:
-    """An unrevoked key of `store`; LOCAL_KEY only while the store has never had a key (revoking
-    the last key must not open the server to everyone)."""
-    def check(secret: str | None) -> ApiKey | None:
-        key = key_for(store, secret)
-        return key if key or store.api_keys() else LOCAL_KEY
-    return check
 
 
 def peer_address(request: Request) -> str | None:
@@ -244,7 +234,7 @@ def build_mcp(amem: AsyncBioMemory, *, authenticate: Callable[[str | None], ApiK
     register_tools(server, amem)
     server.streamable_http_app(stateless_http=True, json_response=True, host=host,
                                transport_security=transport_security, max_request_body_size=max_request_body_size)
-    return MCPApp(server, server.session_manager, authenticate or store_authenticator(amem.mem.store),
+    return MCPApp(server, server.session_manager, authenticate or authenticator(amem.mem.store, loopback(host), LOCAL_KEY),
                   client_address or peer_address)
 
 
