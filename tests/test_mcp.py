@@ -6,8 +6,6 @@ import base64
 import contextlib
 import io
 import re
-import threading
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -15,7 +13,6 @@ import anyio
 import httpx2
 import numpy as np
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -28,8 +25,8 @@ from biomem.aio import AsyncBioMemory
 from biomem.demo import build_demo, demo_capture
 from biomem.keys import create_key, revoke_key
 from biomem.limits import client_tag
-from biomem.llamacpp import free_port
 from biomem.samples import group_photo_path
+from biomem.server.app import served
 from biomem.server.mcp import MCPApp, build_mcp
 
 ANA, BEN, STRANGER = 0, 1, 6  # demo_capture() people: Ana and Ben are enrolled, the stranger never is
@@ -49,21 +46,9 @@ def image_probe(image: np.ndarray) -> dict[str, str]:
 
 @contextlib.contextmanager
 def serving(app: Any) -> Iterator[str]:
-    """`app` under uvicorn in a thread on a free port of 127.0.0.1; yields the MCP URL, then stops it."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, name="mcp-test-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        assert not thread.is_alive(), "the server did not stop"
+    """`app` under uvicorn in a thread on a free port of 127.0.0.1 (biomem.server.served); yields the MCP URL."""
+    with served(app) as base:
+        yield f"{base}/mcp"
 
 
 def fastapi_host(mcp_app: MCPApp) -> FastAPI:
