@@ -36,16 +36,17 @@ def gate_view(gate: GateResult, people: dict[int, Identity], mode: str) -> dict[
     return view
 
 
-def kept_out_view(gate: GateResult, summary: dict[int, tuple[int, str]], people: dict[int, Identity],
-                  mode: str) -> dict[str, Any] | None:
-    """Notes the gate kept out: a total (matched requesters), per sample owner under "demo"."""
+def kept_out_view(gate: GateResult, outside: int, summary: dict[int, tuple[int, str]],
+                  people: dict[int, Identity], mode: str) -> dict[str, Any] | None:
+    """Notes the gate kept out: `outside` in all (matched requesters), and under "demo" each sample
+    owner's count and latest time from `summary` (owner -> (count, latest))."""
     if not gate.matched and mode == "private":
         return None
-    outside = {owner: row for owner, row in summary.items() if owner not in gate.admitted}
-    view: dict[str, Any] = {"total": sum(count for count, _ in outside.values())}
+    view: dict[str, Any] = {"total": outside}
     if mode == "demo":
         view["owners"] = sorted(({"label": people[o].label, "count": count, "latest": latest}
-                                 for o, (count, latest) in outside.items() if o in people and people[o].sample),
+                                 for o, (count, latest) in summary.items()
+                                 if o not in gate.admitted and o in people and people[o].sample),
                                 key=lambda row: (-row["count"], row["label"]))
     return view
 

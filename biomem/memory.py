@@ -264,14 +264,19 @@ class BioMemory(Biometrics):
             scores = dict(mine)
             notes += [(n, scores[n.id]) for n in self.store.get_notes(owner, [i for i, _ in mine])]
         notes.sort(key=lambda pair: (-pair[1], pair[0].timestamp, pair[0].id))
-        return SearchResult(gate=gate, notes=notes, gated_out=self.store.note_total() - pool,
-                            view=self.disclose(gate))
+        outside = self.store.note_total() - pool
+        return SearchResult(gate=gate, notes=notes, gated_out=outside, view=self.disclose(gate, outside))
 
-    def disclose(self, gate: GateResult) -> dict[str, Any]:
-        """The gate decision and the kept-out summary as this store's disclosure policy allows."""
-        people = {i.id: i for i in self.store.identities()}
+    def disclose(self, gate: GateResult, outside: int) -> dict[str, Any]:
+        """The gate decision and the kept-out summary (`outside` notes in all) as this store's disclosure
+        policy allows. Under "private" it reads only the admitted identities (no scan of every note)."""
+        if self.disclosure == "demo":
+            people = {i.id: i for i in self.store.identities()}
+            summary = self.store.note_summary([i for i, person in people.items() if person.sample])
+        else:
+            people, summary = {i: self.store.identity(i) for i in gate.admitted}, {}
         return {"gate": gate_view(gate, people, self.disclosure),
-                "gated_out": kept_out_view(gate, self.store.note_summary(), people, self.disclosure)}
+                "gated_out": kept_out_view(gate, outside, summary, people, self.disclosure)}
 
     def ask(self, question: str, *, probe: Any, k: int | None = None, links: int = 0, temporal: bool = False,
             query: str | None = None, policy: str | None = None, client: Clients = None) -> Answer:
@@ -346,7 +351,8 @@ class BioMemory(Biometrics):
         people = self.store.identities()
         return {"people": len(people), "notes": self.store.note_total(), "modality": self.modality,
                 "threshold": self.threshold(), "llm": self.llm.name, "policy": self.policy,
-                "samples": people_view(people, self.store.note_summary(), self.disclosure)}
+                "samples": people_view(people, self.store.note_summary([p.id for p in people if p.sample])
+                                       if self.disclosure == "demo" else {}, self.disclosure)}
 
     def stats(self) -> dict[str, Any]:
         """Operator view: counts, identities with their note counts, modalities and thresholds."""

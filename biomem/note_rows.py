@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -186,8 +186,13 @@ class NoteRows:
         """Number of notes of all owners (kept by triggers: COUNT(*) is slow on large stores)."""
         return int(self.get_meta("note_total", "0"))
 
-    def note_summary(self) -> dict[int, tuple[int, str]]:
-        """Per owner: (number of notes, latest timestamp) — what a gated-out panel may show."""
+    def note_summary(self, owners: Sequence[int] | None = None) -> dict[int, tuple[int, str]]:
+        """Per owner (every owner, or those in `owners`): (number of notes, latest timestamp) — what a
+        gated-out panel may show. Every owner means a scan of every note: keep it off request paths."""
+        if owners is not None and not owners:
+            return {}
+        where = f"WHERE owner_id IN ({', '.join('?' * len(owners))})" if owners is not None else ""
         with self.lock:
             return {owner: (count, latest) for owner, count, latest in self.db.execute(
-                "SELECT owner_id, COUNT(*), MAX(timestamp) FROM notes GROUP BY owner_id")}
+                f"SELECT owner_id, COUNT(*), MAX(timestamp) FROM notes {where} GROUP BY owner_id",
+                [int(o) for o in owners or []])}

@@ -637,7 +637,7 @@ def test_private_replies_name_nobody_but_the_requester(pair, face_probe):
         data = reply.as_dict()
         assert data["results"] == [] and data["gated_out"] is None
         assert data["gate"] == {"matched": False, "modality": FACE}
-        assert mem.disclose(reply.gate) == {"gate": data["gate"], "gated_out": None}
+        assert mem.disclose(reply.gate, reply.gated_out) == {"gate": data["gate"], "gated_out": None}
         text = disclosed(data)
         for secret in (ANA_LABEL, BEN_LABEL, "score", "2021-03", "2023-05", "4411", "7788"):
             assert secret not in text
