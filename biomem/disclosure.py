@@ -22,15 +22,14 @@ def gate_view(gate: GateResult, people: dict[int, Identity], mode: str) -> dict[
     """The gate's decision as the requester may see it."""
     if not gate.matched and mode == "private":
         return {"matched": False, "modality": gate.modality}
-    scores = gate.scores
     view: dict[str, Any] = {
         "matched": gate.matched, "identity": gate.identity,
         "label": people[gate.identity].label if gate.identity in people else None,
-        "admitted": [{"identity": i, "label": people[i].label, "score": round(scores.get(i, 0.0), DIGITS)}
+        "admitted": [{"identity": i, "label": people[i].label, "score": round(gate.score_of(i), DIGITS)}
                      for i in gate.admitted if i in people],
         "threshold": round(float(gate.threshold), DIGITS), "modality": gate.modality, "policy": gate.policy}
     if mode == "demo":
-        shown = [(i, s) for i, s in scores.items() if i in people and people[i].sample or i in gate.admitted]
+        shown = [(i, s) for i, s in gate.scores.items() if i in people and people[i].sample or i in gate.admitted]
         view["scores"] = [{"identity": i, "label": people[i].label, "score": round(s, DIGITS),
                            "admitted": i in gate.admitted} for i, s in sorted(shown, key=lambda x: -x[1])]
     return view

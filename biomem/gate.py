@@ -61,6 +61,12 @@ class GateResult:
         """Best cosine per enrolled identity (built on demand: 10,000 identities cost ms)."""
         return {int(i): float(s) for i, s in zip(self.identity_ids, self.best_scores)}
 
+    def score_of(self, identity: int) -> float:
+        """The probe's best cosine with one identity (0.0 when it has no template here), without
+        building `scores` for every enrolled identity."""
+        hits = np.flatnonzero(self.identity_ids == identity)
+        return float(self.best_scores[hits[0]]) if hits.size else 0.0
+
     def as_dict(self) -> dict[str, Any]:
         data = {"identity": self.identity,
                 "label": self.labels.get(self.identity) if self.identity else None,

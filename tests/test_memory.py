@@ -8,6 +8,7 @@ import pytest
 
 from biomem import (
     BioMemory,
+    GateResult,
     InvalidImageError,
     InvalidInputError,
     ModalityMismatchError,
@@ -513,14 +514,16 @@ def test_kept_out_summary_is_a_total_for_the_owner_and_nothing_for_a_stranger(fa
 
 
 def test_a_private_reply_never_scans_every_owner_s_notes(family, capture, monkeypatch):
-    """The kept-out total comes from the note counter and the admitted partitions: a search at a
-    million notes must not aggregate all of them (that GROUP BY took 175 ms there)."""
+    """The kept-out total comes from the note counter and the admitted partitions, the score from the
+    admitted identity alone: a search at a million notes / 10,000 identities must not aggregate every
+    note (175 ms there) nor build every identity's score (5 ms)."""
     mem, alice, _ = family
 
     def no_full_scan(owners=None):
         assert owners is not None, "a request aggregated every owner's notes"
         return {}
     monkeypatch.setattr(mem.store, "note_summary", no_full_scan)
+    monkeypatch.setattr(GateResult, "scores", property(lambda gate: pytest.fail("every identity's score built")))
     result = mem.search("my PIN", probe=capture(ALICE, 3))
     assert result.view["gated_out"] == {"total": 2} and result.gated_out == 2
     assert mem.search("my PIN", probe=capture(STRANGER, 1)).view["gated_out"] is None
