@@ -130,13 +130,13 @@ def create_app(mem: BioMemory, settings: Settings | None = None, *, ui: bool = T
 def _mount_mcp(app: FastAPI, spans: list[Lifespan]) -> None:
     """MCP at /mcp (biomem.server.mcp.build_mcp): the same store, keys and client addresses as /v1."""
     try:
-        from .mcp import LOCAL_KEY, build_mcp
+        from .mcp import build_mcp
     except ImportError as exc:  # the `mcp` SDK is not installed
         log.warning("no MCP endpoint at /mcp: %s", exc)
         return
     settings: Settings = app.state.settings
     mcp_app = build_mcp(app.state.amem, host=settings.host, max_request_body_size=MAX_BODY,
-                        authenticate=authenticator(app.state.mem.store, app.state.local, LOCAL_KEY),
+                        authenticate=authenticator(app.state.mem.store, app.state.local),
                         client_address=lambda request: address_of(request, settings.trust_proxy)[-1].split(":", 1)[1])
     spans.append(lambda _: mcp_app.lifespan())
     app.add_route("/mcp", mcp_app, include_in_schema=False)  # exactly /mcp, as agent hosts are configured
@@ -146,14 +146,12 @@ def _mount_mcp(app: FastAPI, spans: list[Lifespan]) -> None:
 def _mount_ui(app: FastAPI, mem: BioMemory, settings: Settings) -> None:
     """The Gradio page at /, with the options `python app.py` launches it with."""
     from ..ui import build_app  # sets Gradio's analytics and run-history variables before gradio loads
-    from ..ui.style import CSS, THEME
+    from ..ui.launch import PAGE_OPTIONS
 
     import gradio as gr
 
     page = build_app(mem, settings=settings)
-    gr.mount_gradio_app(app, page, path="/", footer_links=["api", "gradio", "settings"], run_history=False,
-                        show_error=False, max_file_size="10mb", ssr_mode=False, enable_monitoring=False, pwa=False,
-                        mcp_server=False, theme=THEME, css=CSS)
+    gr.mount_gradio_app(app, page, path="/", **PAGE_OPTIONS)
     app.state.page = page
 
 

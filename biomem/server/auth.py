@@ -23,11 +23,11 @@ from starlette.concurrency import run_in_threadpool
 
 from ..keys import ApiKey, any_keys, authenticate
 from ..limits import client_keys
-from ..memory import BioMemory
 from ..store import Store
 from .errors import ApiError
 
 ANONYMOUS = "anonymous"  # what sessions are bound to on a store without keys (loopback only)
+LOCAL_KEY = ApiKey(0, "local", "agent")  # every keyless caller while open_without_key (loopback only)
 
 
 @dataclass(frozen=True)
@@ -78,18 +78,17 @@ def open_without_key(store: Store, local: bool) -> bool:
     return local and not any_keys(store)
 
 
-def authenticator(store: Store, local: bool, anonymous: ApiKey) -> Callable[[str | None], ApiKey | None]:
-    """secret -> its ApiKey; `anonymous` for no secret when open_without_key; else None (refused)."""
-    def check(secret: str | None) -> ApiKey | None:
-        if secret is not None:
-            return authenticate(store, secret)
-        return anonymous if open_without_key(store, local) else None
-    return check
+def caller_key(store: Store, secret: str | None, local: bool) -> ApiKey | None:
+    """The ApiKey of `secret`; LOCAL_KEY for no secret when open_without_key; else None (refused).
+    The one key policy of both doors, /v1 and /mcp."""
+    if secret is not None:
+        return authenticate(store, secret)
+    return LOCAL_KEY if open_without_key(store, local) else None
 
 
-def _lookup(mem: BioMemory, secret: str | None, local: bool) -> tuple[bool, ApiKey | None]:
-    """(whether a request without a key is served, the key `secret` is)."""
-    return open_without_key(mem.store, local), authenticate(mem.store, secret) if secret else None
+def authenticator(store: Store, local: bool) -> Callable[[str | None], ApiKey | None]:
+    """caller_key over `store`, as a function of the secret alone (what the MCP endpoint takes)."""
+    return lambda secret: caller_key(store, secret, local)
 
 
 async def identify_caller(request: Request, *, optional: bool = False) -> Caller:
@@ -97,15 +96,15 @@ async def identify_caller(request: Request, *, optional: bool = False) -> Caller
     which gives an anonymous agent instead, for the health check)."""
     state = request.app.state
     secret = presented_key(request)
-    # SQLite: off the event loop
-    anonymous_ok, key = await run_in_threadpool(_lookup, state.mem, secret, state.local)
-    if key is None and (secret is not None or not anonymous_ok) and not optional:
+    key = await run_in_threadpool(caller_key, state.mem.store, secret, state.local)  # SQLite: off the event loop
+    if key is None and not optional:
         raise ApiError(401, "AuthenticationError",
                        "This API key is unknown or revoked." if secret else
                        "Send an API key: Authorization: Bearer <key> (biomem keys create NAME).",
                        title="Not authorised", headers={"WWW-Authenticate": "Bearer"})
-    if key is None and not optional:
+    if key is LOCAL_KEY and not optional:
         refuse_remote(request)
+    key = None if key is LOCAL_KEY else key  # a keyless local caller: an agent bound to ANONYMOUS
     addresses = address_of(request, state.settings.trust_proxy)
     return Caller(key, addresses[-1].removeprefix("address:"), [*([key.tag] if key else []), *addresses])
 

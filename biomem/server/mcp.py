@@ -19,10 +19,10 @@ stateless streamable HTTP with JSON replies.
 (`uvicorn.run(mcp_app)`) it runs its own lifespan. `lifespan()` can be entered once: build a new
 app per server start.
 
-authenticate(secret) gets the bearer key of `Authorization: Bearer <key>` (None without one) and
+authenticate(secret) gets the key of `Authorization: Bearer <key>` or `X-API-Key` (None without one) and
 returns the caller's ApiKey, or None to refuse the request with 401 before any MCP message is
 read (the default is the REST API's, `biomem.server.auth.authenticator`: any unrevoked key of the
-store, and LOCAL_KEY for a keyless caller only while the store has no key and `host` is loopback).
+store, and auth.LOCAL_KEY for a keyless caller only while the store has no key and `host` is loopback).
 Both roles, agent and admin, may use the
 four tools. client_address(request) gives the requester's address (default: the socket's peer;
 pass the app's own when it trusts X-Forwarded-For). Attempt limits are kept per
@@ -58,11 +58,10 @@ from ..disclosure import note_view
 from ..errors import BioMemError, InvalidInputError
 from ..keys import ROLES, ApiKey
 from ..messages import readable  # the words of the web app's toasts and the REST errors (no gradio import)
-from .auth import authenticator, loopback
+from .auth import authenticator, loopback, presented_key
 
 log = logging.getLogger(__name__)
 
-LOCAL_KEY = ApiKey(0, "local", "agent")  # every caller while the store has no API key (127.0.0.1 only)
 CALLER = "biomem.mcp.caller"  # the scope key under which the HTTP layer hands the caller to the tools
 MAX_K = 100
 
@@ -144,15 +143,6 @@ def peer_address(request: Request) -> str | None:
     return request.client.host if request.client else None
 
 
-def bearer(scope: Scope) -> str | None:
-    """The key of an `Authorization: Bearer <key>` header, else None."""
-    for name, value in scope.get("headers", []):
-        if name == b"authorization":
-            scheme, _, secret = value.decode("latin-1").partition(" ")
-            return secret.strip() or None if scheme.lower() == "bearer" else None
-    return None
-
-
 class MCPApp:
     """The MCP endpoint as an ASGI app: key check, then the SDK's stateless streamable HTTP."""
 
@@ -183,7 +173,7 @@ class MCPApp:
             await _reply(send, 503, "MCP endpoint not started: enter mcp_app.lifespan() in the app's lifespan")
             return
         try:
-            key = await anyio.to_thread.run_sync(self.authenticate, bearer(scope))
+            key = await anyio.to_thread.run_sync(self.authenticate, presented_key(Request(scope)))
         except Exception:  # noqa: BLE001 - the details (a store error) go to the log
             log.exception("MCP key check failed")
             await _reply(send, 503, "The API key could not be checked; the server log says why")
@@ -234,7 +224,7 @@ def build_mcp(amem: AsyncBioMemory, *, authenticate: Callable[[str | None], ApiK
     register_tools(server, amem)
     server.streamable_http_app(stateless_http=True, json_response=True, host=host,
                                transport_security=transport_security, max_request_body_size=max_request_body_size)
-    return MCPApp(server, server.session_manager, authenticate or authenticator(amem.mem.store, loopback(host), LOCAL_KEY),
+    return MCPApp(server, server.session_manager, authenticate or authenticator(amem.mem.store, loopback(host)),
                   client_address or peer_address)
 
 

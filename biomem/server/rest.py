@@ -209,16 +209,12 @@ def _add(mem: BioMemory, texts: list[str], *, probe: Any, session: Session | Non
          infer: bool, timestamp: str | None, clients: list[str]) -> list[Note]:
     """Store every text for one owner: the session's, the identity's (admin) or the probe's (gated once)."""
     parse_timestamp(timestamp)  # a bad timestamp writes nothing
+    if identity is not None:
+        return [mem.add(text, identity=identity, timestamp=timestamp, infer=infer) for text in texts]
     if session is not None:
         return [session.add(text, timestamp=timestamp, infer=infer) for text in texts]
-    if identity is None:
-        if len(texts) == 1:
-            return [mem.add(texts[0], probe=probe, client=clients, timestamp=timestamp, infer=infer)]
-        gate = mem.identify(probe, policy="best", client=clients)
-        if gate.identity is None:
-            raise UnknownIdentityError("the probe matches no enrolled identity")
-        identity = gate.identity
-    return [mem.add(text, identity=identity, timestamp=timestamp, infer=infer) for text in texts]
+    with mem.session(probe, client=clients) as once:  # the gate runs once for every text
+        return [once.add(text, timestamp=timestamp, infer=infer) for text in texts]
 
 
 @router.post("/memories", status_code=201, response_model=MemoriesReply, **KEPT, openapi_extra=body_doc(AddBody),

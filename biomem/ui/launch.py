@@ -20,13 +20,16 @@ from .style import CSS, THEME
 log = logging.getLogger("biomem.ui")
 
 
+# The page's privacy and look wherever it is served: launch() here, and mounted by `biomem serve`.
+PAGE_OPTIONS: dict[str, Any] = dict(
+    run_history=False, enable_monitoring=False, mcp_server=False, ssr_mode=False, pwa=False, show_error=False,
+    footer_links=["api", "gradio", "settings"], max_file_size="10mb", theme=THEME, css=CSS)
+
+
 def launch(page: gr.Blocks, settings: Settings | None = None, **overrides: Any) -> Any:
-    """page.launch() with no run history, monitoring, MCP or share link, on settings.host:port."""
+    """page.launch() with PAGE_OPTIONS and no share link, on settings.host:port."""
     settings = settings or Settings.from_env()
-    options: dict[str, Any] = dict(
-        server_name=settings.host, server_port=settings.port, share=False, run_history=False,
-        enable_monitoring=False, mcp_server=False, ssr_mode=False, pwa=False, show_error=False,
-        footer_links=["api", "gradio", "settings"], max_file_size="10mb", theme=THEME, css=CSS)
+    options = dict(server_name=settings.host, server_port=settings.port, share=False, **PAGE_OPTIONS)
     return page.launch(**{**options, **overrides})
 
 
