@@ -14,9 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from .llm import LLM, Draft
-from .partitions import Partitions
 from .records import Note
-from .store import Store
+from .storage import MemoryStore, SearchIndex
 from .textenc import TextEncoder
 
 
@@ -28,7 +27,7 @@ def embedding_text(content: str, context: str, keywords: Sequence[str], tags: Se
 class MemoryAgent:
     """Writes notes of one owner at a time through the store, keeping partitions in step."""
 
-    def __init__(self, store: Store, partitions: Partitions, text: TextEncoder, llm: LLM, *,
+    def __init__(self, store: MemoryStore, partitions: SearchIndex, text: TextEncoder, llm: LLM, *,
                  neighbours: int = 5) -> None:
         self.store = store
         self.partitions = partitions

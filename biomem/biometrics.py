@@ -24,7 +24,7 @@ from .errors import (
 from .gate import Gate, GateResult, Probe, fuse
 from .limits import AttemptLimiter
 from .records import Identity
-from .store import Store
+from .storage import MemoryStore
 
 Clients = str | Sequence[str] | None  # a requester's keys for attempt limits: session, address
 
@@ -33,7 +33,7 @@ class Biometrics:
     """Who a probe is, and who may enrol: the mixin of BioMemory (biomem.memory), which sets the
     store, gate, attempt limiter, default modality, policy and fusion, and the encoder cache."""
 
-    store: Store
+    store: MemoryStore
     gate: Gate
     limiter: AttemptLimiter
     modality: str

@@ -95,6 +95,16 @@ def cmd_stats(args: argparse.Namespace) -> None:
         _print_json(mem.stats())
 
 
+def cmd_migrate(args: argparse.Namespace) -> None:
+    """Copy every row of one store into an empty other and print each table's checked count."""
+    from .copying import copy_store
+
+    checks = copy_store(args.source, args.target, settings=args.settings)
+    for check in checks:
+        print(f"{check.table:<11} {check.rows:>9} rows  sha256 {check.checksum[:16]}")
+    print(f"copied and checked {sum(c.rows for c in checks)} rows: every table's count and checksum match")
+
+
 def cmd_calibrate(args: argparse.Namespace) -> None:
     from .calibrate import calibrate_folder, save
 
@@ -134,11 +144,11 @@ def cmd_serve(args: argparse.Namespace) -> None:
     """REST at /v1, MCP at /mcp and the page at / over --db, with uvicorn, until interrupted."""
     from .keys import any_keys
     from .server.auth import loopback
-    from .store import Store
+    from .storage import open_store
 
     settings = dataclasses.replace(args.settings, db=args.db, encoder=args.encoder, llm=args.llm,
                                    policy=args.policy, host=args.host, port=args.port)
-    store = Store(settings.db, settings=settings)  # no model loaded for this check
+    store = open_store(settings.db, settings=settings)  # no model loaded for this check
     try:
         keyed = any_keys(store)
     finally:
@@ -164,9 +174,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
 def cmd_keys(args: argparse.Namespace) -> None:
     """Create, list or revoke the service's API keys (the store holds their SHA-256 only)."""
     from .keys import create_key, list_keys, revoke_key
-    from .store import Store
+    from .storage import open_store
 
-    store = Store(args.db, settings=args.settings)
+    store = open_store(args.db, settings=args.settings)
     try:
         if args.keys_command == "create":
             secret, key = create_key(store, args.name, args.role)
@@ -235,12 +245,17 @@ def _add_memory_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
 
 
 def _add_store_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """rekey, stats and encoders: the store's key, its counts and the encoders it can use."""
+    """rekey, stats, migrate and encoders: the store's key, its counts, its copy elsewhere, the encoders."""
     p = sub.add_parser("rekey", help="re-seal every template under a new key (renewability)")
     p.add_argument("--key-file", default=None, help="where to write the new key (default: the key file)")
     p.set_defaults(func=cmd_rekey)
 
     sub.add_parser("stats", help="counts, identities, thresholds").set_defaults(func=cmd_stats)
+    p = sub.add_parser("migrate", help="copy a whole store to an empty one, e.g. SQLite to PostgreSQL; "
+                                       "checks counts and a checksum of every row")
+    p.add_argument("source", help="sqlite:///a.db, a file path, or postgresql://user@host/db")
+    p.add_argument("target", help="an empty store, same forms")
+    p.set_defaults(func=cmd_migrate)
     sub.add_parser("encoders", help="the biometric encoders the registry knows, as JSON") \
         .set_defaults(func=cmd_encoders)
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from .blas import one_thread
 from .errors import InvalidInputError, ModalityMismatchError
-from .store import Store
+from .storage import MemoryStore
 
 POLICIES = ("best", "all")
 FUSIONS = ("all", "any", "sum")
@@ -112,7 +112,7 @@ def fuse(results: list[GateResult], fusion: str = "all", policy: str = "best") -
 class Gate:
     """Template matrices per modality, cached and reloaded when enrolment changes."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: MemoryStore) -> None:
         self.store = store
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}

@@ -1,6 +1,7 @@
 """BioMemory: the public engine. Identity comes from the biometric gate, never from a user_id.
 
     mem = BioMemory("biomem.db")                      # SQLite file + indexes beside it
+    mem = BioMemory("postgresql://biomem@db/memory")  # or PostgreSQL + pgvector, shared by replicas
     alice = mem.enroll("alice", ["alice1.jpg", "alice2.jpg"])
     mem.add("My PIN is 1234", identity=alice.id)       # trusted import
     mem.search("what is my PIN?", probe="alice3.jpg")  # only Alice's notes can come back
@@ -14,7 +15,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,12 +29,11 @@ from .errors import DisclosureError, InvalidInputError, StoreCorruptError, Unkno
 from .gate import FUSIONS, POLICIES, Gate, GateResult
 from .limits import AttemptLimiter, AttemptLimits
 from .llm import LLM, answer_prompt, make_llm
-from .partitions import Partitions
 from .records import Note, check_id
 from .results import Answer, SearchResult
 from .sessions import DEFAULT_TTL, Session, Sessions
 from .settings import Settings
-from .store import Store
+from .storage import MemoryStore, is_postgres, open_store, sqlite_path
 from .textenc import TextEncoder
 from .timeparse import parse_timestamp
 
@@ -44,7 +43,8 @@ DEFAULT_ENCODER = "face-arcface-s"  # the paper's face encoder (ArcFace, insight
 class BioMemory(Biometrics):
     """Identity-gated agentic memory over one SQLite file.
 
-    path: the database file; derived indexes live in `<path>.index/`.
+    path: the database: an SQLite file (derived indexes in `<path>.index/`; also `sqlite:///path`) or a
+        `postgresql://` URL (biomem.pg: search in the database, row-level security per owner).
     encoder: default biometric modality (registry name, or a ready Encoder instance to reuse);
         stored in the DB on creation (default: the stored one, else $BIOMEM_ENCODER, else face-arcface-s).
     text_model: sentence encoder (default $BIOMEM_TEXT_MODEL or all-MiniLM-L6-v2, offline first).
@@ -78,8 +78,8 @@ class BioMemory(Biometrics):
             raise InvalidInputError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
         settings = settings or Settings.from_env()
         self.fusion = fusion
-        self.path = Path(path)
-        self.store = Store(self.path, key=key, settings=settings)
+        self.path = path if is_postgres(path) else sqlite_path(path)
+        self.store: MemoryStore = open_store(self.path, key=key, settings=settings)
         self.disclosure = self._check_disclosure(disclosure or settings.disclosure, force_disclosure)
         self.limiter = AttemptLimiter(AttemptLimits.parse(limits) if isinstance(limits, str)
                                       else limits if limits is not None else settings.attempts)
@@ -100,8 +100,7 @@ class BioMemory(Biometrics):
         self.policy = policy
         self.k = check_k(k)
         self.gate = Gate(self.store)
-        self.partitions = Partitions(self.store, self.path.with_name(self.path.name + ".index"),
-                                     self.text.dim, hnsw_threshold=hnsw_threshold)
+        self.partitions = self.store.search_index(self.text.dim, hnsw_threshold=hnsw_threshold)
         self.llm = make_llm(llm, self.text, settings)
         self.agent = MemoryAgent(self.store, self.partitions, self.text, self.llm)
         self._enrolling = threading.Lock()  # check-then-insert of enrolments is one step
@@ -123,7 +122,7 @@ class BioMemory(Biometrics):
             self.store.set_meta("text_model", self.text.name)
         elif int(dim) != self.text.dim:
             raise StoreCorruptError(
-                f"{self.path} holds {dim}-d text embeddings from {self.store.get_meta('text_model')!r};"
+                f"{self.store.location} holds {dim}-d text embeddings from {self.store.get_meta('text_model')!r};"
                 f" {self.text.name!r} makes {self.text.dim}-d ones")
 
     def close(self) -> None:
@@ -357,7 +356,7 @@ class BioMemory(Biometrics):
     def stats(self) -> dict[str, Any]:
         """Operator view: counts, identities with their note counts, modalities and thresholds."""
         per_owner = {owner: count for owner, (count, _) in self.store.note_summary().items()}
-        return {"path": str(self.path), **self.store.counts(),
+        return {"path": self.store.location, **self.store.counts(),
                 "per_identity": {f"{i.id}: {i.label}": per_owner.get(i.id, 0) for i in self.store.identities()},
                 "default_modality": self.modality,
                 "modalities": {m: self.threshold(m)

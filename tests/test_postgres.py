@@ -1,0 +1,261 @@
+"""The PostgreSQL + pgvector store on a real server: row-level security, search in the database,
+migrations, copies from and to SQLite, and two engine processes sharing one database."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from contextlib import closing
+
+import numpy as np
+import psycopg
+import pytest
+
+from biomem import BioMemory, InvalidInputError, NoteNotFoundError, Probe, StoreCorruptError
+from biomem.copying import copy_store, table_checksum
+from biomem.pg.schema import APP_ROLE, SCHEMA_VERSION as PG_VERSION
+from biomem.schema import SCHEMA_VERSION as SQLITE_VERSION
+from biomem.storage import TABLES, open_store
+
+MODALITY = "face-test"  # precomputed probes: these tests exercise storage, not a camera
+DIM = 64
+
+
+def person(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+
+
+def probe(seed: int, noise: float = 0.05) -> Probe:
+    jitter = np.random.default_rng(seed + 1000).standard_normal(DIM).astype(np.float32)
+    return Probe(person(seed) + noise * np.linalg.norm(person(seed)) / np.sqrt(DIM) * jitter, MODALITY)
+
+
+def memory(location, text_encoder, **kwargs) -> BioMemory:
+    mem = BioMemory(location, encoder=MODALITY, text_model=text_encoder, llm="offline", limits="off", **kwargs)
+    if mem.store.threshold(MODALITY) is None:
+        mem.set_threshold(0.8, MODALITY)
+    return mem
+
+
+@pytest.fixture
+def household(postgres_database, text_encoder):
+    """Ana and Ben in a PostgreSQL store, three notes each."""
+    url = postgres_database("household")
+    mem = memory(url, text_encoder)
+    ana = mem.enroll("Ana", [Probe(person(1), MODALITY)])
+    ben = mem.enroll("Ben", [Probe(person(2), MODALITY)])
+    mem.add_many(["My PIN is 1234", "I adopted a beagle called Rex", "My sister lives in Lisbon"], identity=ana.id)
+    mem.add_many(["My PIN is 9876", "I run the Berlin marathon", "My brother lives in Porto"], identity=ben.id)
+    yield url, mem, ana, ben
+    mem.close()
+
+
+def app_connection(url: str) -> psycopg.Connection:
+    """A raw connection acting as the engine's role, as a bug or an injected statement would run."""
+    conn = psycopg.connect(url, autocommit=False)
+    conn.execute(f"SET ROLE {APP_ROLE}")
+    conn.execute("SET search_path = biomem, public")
+    conn.commit()  # else a rollback would undo the role too
+    return conn
+
+
+def test_row_level_security_hides_every_row_without_the_right_owner_even_from_raw_sql(household):
+    url, mem, ana, ben = household
+    with app_connection(url) as conn:
+        for table in ("notes", "links", "history", "templates"):
+            assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, f"{table} without an owner"
+        conn.execute("SELECT set_config('biomem.admitted', %s, true)", [f"{{{ben.id}}}"])
+        assert {r[0] for r in conn.execute("SELECT content FROM notes")} == \
+            {"My PIN is 9876", "I run the Berlin marathon", "My brother lives in Porto"}
+        assert conn.execute("SELECT count(*) FROM notes WHERE owner_id = %s", [ana.id]).fetchone()[0] == 0
+        assert conn.execute("UPDATE notes SET content = 'x' WHERE owner_id = %s", [ana.id]).rowcount == 0
+        assert conn.execute("DELETE FROM history WHERE owner_id = %s", [ana.id]).rowcount == 0
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):  # nor can it write into Ana's partition
+            conn.execute("INSERT INTO notes (owner_id, content, timestamp, embedding) VALUES (%s, 'planted', 'now', %s)",
+                         [ana.id, "[" + ",".join(["0.1"] * 384) + "]"])
+        conn.rollback()
+        conn.execute("SELECT set_config('biomem.admitted', 'not a list', true)")
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):  # a garbled setting admits nobody
+            conn.execute("SELECT count(*) FROM notes")
+        conn.rollback()
+        assert conn.execute("SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user").fetchone() \
+            == (False,)
+    assert len(mem.get_all(probe=probe(1))) == 3  # the store's own reads are untouched by all this
+
+
+def test_a_store_query_that_forgot_its_owner_check_still_returns_only_the_admitted_owner(household):
+    url, mem, ana, ben = household
+    with mem.store.transaction([ben.id]) as conn:  # as if a method had lost its WHERE owner_id = ...
+        leaked = [r[0] for r in conn.execute("SELECT content FROM notes ORDER BY id")]
+        leaked += [r[0] for r in conn.execute("SELECT after FROM history")]
+    assert leaked and not any("1234" in (text or "") or "Lisbon" in (text or "") for text in leaked)
+    with pytest.raises(NoteNotFoundError):
+        mem.store.get_note(ben.id, mem.store.all_notes(ana.id)[0].id)
+
+
+def test_the_engine_behaves_the_same_over_postgresql(household):
+    url, mem, ana, ben = household
+    result = mem.search("what is my PIN?", probe=probe(1), k=2)
+    assert result.gate.identity == ana.id and result.notes[0][0].content == "My PIN is 1234"
+    assert all(n.owner == ana.id for n, _ in result.notes) and result.gated_out == 3
+    stranger = mem.search("what is my PIN?", probe=probe(7))
+    assert stranger.gate.identity is None and stranger.notes == []
+    note = mem.add("I moved to Faro", probe=probe(2))
+    assert note.owner == ben.id and mem.get(note.id, probe=probe(2)).content == "I moved to Faro"
+    with pytest.raises(NoteNotFoundError):
+        mem.get(note.id, probe=probe(1))
+    mem.update(note.id, "I moved to Lagos", probe=probe(2))
+    mem.delete(note.id, probe=probe(2))
+    assert [h["event"] for h in mem.history(note.id, probe=probe(2))] == ["add", "update", "delete"]
+    assert "1234" in mem.ask("What is my PIN?", probe=probe(1)).text
+
+
+def test_database_search_gives_the_sqlite_engines_top_k(postgres_database, tmp_path, text_encoder):
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((300, text_encoder.dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors[10] = vectors[20]  # a tie: the older note first, on both stores
+    stores = [memory(tmp_path / "a.db", text_encoder), memory(postgres_database("b"), text_encoder)]
+    queries = rng.standard_normal((20, text_encoder.dim)).astype(np.float32)
+    queries[0] = vectors[10]
+    results = []
+    for mem in stores:
+        owner = mem.store.add_identity("owner", MODALITY, person(1)[None, :])
+        notes = [{"content": f"note {i}", "timestamp": f"2024-01-01T00:{i // 60:02d}:{i % 60:02d}",
+                  "keywords": [], "tags": [], "context": ""} for i in range(300)]
+        ids, _ = mem.store.insert_notes(owner.id, notes, vectors)
+        order = {note_id: i for i, note_id in enumerate(ids)}
+        results.append([[(order[n], s) for n, s in mem.partitions.search(owner.id, q, 10)] for q in queries])
+        mem.close()
+    for sqlite_hits, pg_hits in zip(*results):
+        assert [i for i, _ in sqlite_hits] == [i for i, _ in pg_hits]
+        assert np.allclose([s for _, s in sqlite_hits], [s for _, s in pg_hits], atol=1e-5)
+    assert [i for i, _ in results[1][0][:2]] == [10, 20]
+
+
+def test_large_partitions_search_through_pgvector_hnsw_with_high_recall(postgres_database, text_encoder):
+    mem = memory(postgres_database("large"), text_encoder, hnsw_threshold=200)
+    rng = np.random.default_rng(9)
+    owners = [mem.store.add_identity(f"p{j}", MODALITY, person(j)[None, :]).id for j in range(3)]
+    for owner in owners:
+        vectors = rng.standard_normal((400, text_encoder.dim)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        mem.store.insert_notes(owner, [{"content": f"n{i}", "timestamp": "2024-01-01", "keywords": [], "tags": [],
+                                        "context": ""} for i in range(400)], vectors)
+    exact = type(mem.partitions)(mem.store, hnsw_threshold=10**9)
+    recalls = []
+    for q in rng.standard_normal((20, text_encoder.dim)).astype(np.float32):
+        q /= np.linalg.norm(q)
+        found = mem.partitions.search(owners[1], q, 10)
+        truth = {i for i, _ in exact.search(owners[1], q, 10)}
+        recalls.append(len(truth & {i for i, _ in found}) / 10)
+        assert len(found) == 10 and {n.owner for n in mem.store.get_notes(owners[1], [i for i, _ in found])} \
+            == {owners[1]}
+    assert np.mean(recalls) >= 0.9
+    assert "notes_hnsw" in mem.partitions.explain(owners[1], q, 10)
+    assert "notes_hnsw" not in exact.explain(owners[1], q, 10)
+    mem.close()
+
+
+def test_schema_versions_match_sqlite_and_a_newer_database_is_refused(postgres_database, text_encoder):
+    assert PG_VERSION == SQLITE_VERSION
+    url = postgres_database("versions")
+    memory(url, text_encoder).close()
+    memory(url, text_encoder).close()  # opening again migrates nothing
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT value FROM biomem.meta WHERE key = 'schema_version'").fetchone()[0] == str(PG_VERSION)
+        conn.execute("UPDATE biomem.meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(StoreCorruptError, match="schema version 99"):
+        open_store(url)
+
+
+def test_an_unreachable_server_is_a_clear_error(tmp_path):
+    with pytest.raises(StoreCorruptError, match="cannot reach PostgreSQL"):
+        open_store(f"postgresql://nobody@/nowhere?host={tmp_path}&connect_timeout=2")
+
+
+def test_migrate_copies_sqlite_to_postgresql_and_back_with_every_row_checked(tmp_path, postgres_database,
+                                                                            text_encoder):
+    source = tmp_path / "home.db"
+    mem = memory(source, text_encoder)
+    ana = mem.enroll("Ana", [Probe(person(1), MODALITY)])
+    ben = mem.enroll("Ben", [Probe(person(2), MODALITY)])
+    mem.add_many(["I love hiking in the Alps", "Hiking in the Alps is my favourite holiday",
+                  "My PIN is 1234"], identity=ana.id)
+    mem.add_many(["Ben drinks coffee"], identity=ben.id)
+    last = mem.add("A note deleted before the copy", identity=ben.id)
+    mem.delete(last.id, probe=probe(2))
+    mem.close()
+    url = postgres_database("copy")
+
+    result = subprocess.run([sys.executable, "-m", "biomem.cli", "migrate", f"sqlite:///{source}", url],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "every table's count and checksum match" in result.stdout and "notes" in result.stdout
+
+    moved = memory(url, text_encoder)
+    assert moved.search("my PIN", probe=probe(1), k=1).notes[0][0].content == "My PIN is 1234"  # templates open
+    assert moved.store.counts()["links"] > 0 and moved.store.note_total() == 4
+    assert moved.add("A new note after the move", identity=ben.id).id > last.id  # no id given twice
+    moved.close()
+
+    back = tmp_path / "back.db"
+    checks = copy_store(url, f"sqlite:///{back}")
+    assert [c.table for c in checks] == list(TABLES)
+    with closing(open_store(url)) as pg, closing(open_store(back)) as lite:
+        assert all(table_checksum(pg, t) == table_checksum(lite, t) for t in TABLES)
+
+    with pytest.raises(InvalidInputError, match="must be empty"):
+        copy_store(source, url)
+    failed = subprocess.run([sys.executable, "-m", "biomem.cli", "migrate", str(source), url],
+                            capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 2 and "must be empty" in failed.stderr and "Traceback" not in failed.stderr
+
+
+ENGINE_B = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from biomem import BioMemory, Probe
+    mem = BioMemory(sys.argv[1], encoder="face-test", llm="offline", limits="off")
+    def person(seed):
+        return np.random.default_rng(seed).standard_normal(64).astype(np.float32)
+    for line in sys.stdin:
+        command = json.loads(line)
+        if command["do"] == "add":
+            note = mem.add(command["text"], probe=Probe(person(command["who"]), "face-test"))
+            reply = {"id": note.id}
+        else:
+            found = mem.search(command["text"], probe=Probe(person(command["who"]), "face-test"))
+            reply = {"identity": found.gate.identity, "notes": [n.content for n, _ in found.notes]}
+        print(json.dumps(reply), flush=True)
+""")
+
+
+def test_two_engine_processes_see_each_others_writes_and_forget_is_final_for_both(household):
+    import json
+    url, mem, ana, ben = household
+    engine = subprocess.Popen([sys.executable, "-c", ENGINE_B, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+    def other(**command):
+        engine.stdin.write(json.dumps(command) + "\n")
+        engine.stdin.flush()
+        return json.loads(engine.stdout.readline())
+    try:
+        assert "My PIN is 1234" in other(do="search", who=1, text="PIN")["notes"]
+        written = other(do="add", who=1, text="I parked on level 3")
+        assert mem.get(written["id"], probe=probe(1)).content == "I parked on level 3"  # at once, no stale cache
+        assert "I parked on level 3" in [n.content for n, _ in mem.search("parking", probe=probe(1)).notes]
+        mem.add("Ben's bike lock code is 4411", probe=probe(2))
+        assert "Ben's bike lock code is 4411" in other(do="search", who=2, text="bike lock")["notes"]
+
+        mem.forget(identity=ana.id)
+        after = other(do="search", who=1, text="PIN")
+        assert after == {"identity": None, "notes": []}
+        engine.stdin.write(json.dumps({"do": "add", "who": 1, "text": "still here?"}) + "\n")
+        engine.stdin.flush()
+        assert engine.stdout.readline() == ""  # the add raised: nobody matches Ana's face any more
+    finally:
+        engine.kill()
+        engine.wait()
+    assert mem.store.counts()["notes"] == 4
