@@ -4,6 +4,7 @@ import sqlite3
 import threading
 
 import numpy as np
+import psycopg
 import pytest
 
 from biomem import (
@@ -21,6 +22,8 @@ from biomem import (
 )
 from biomem.llm import NO_MEMORY_ANSWER, NOT_MENTIONED, Evolution, OfflineLLM
 from biomem.samples import group_photo_path
+
+from .conftest import BOTH_STORES
 
 ALICE, BOB, STRANGER = 0, 1, 2
 
@@ -46,6 +49,7 @@ def table_rows(mem):
     return mem.store.counts()
 
 
+@BOTH_STORES
 def test_owner_sees_own_notes_through_a_new_capture(family, capture):
     mem, alice, _ = family
     result = mem.search("Do I have a dog?", probe=capture(ALICE, 5))
@@ -55,6 +59,7 @@ def test_owner_sees_own_notes_through_a_new_capture(family, capture):
     assert result.gated_out == 2
 
 
+@BOTH_STORES
 def test_lookalike_notes_never_cross_owners(family, capture):
     mem, alice, bob = family
     for person, identity, pin in ((ALICE, alice, "1234"), (BOB, bob, "9876")):
@@ -66,6 +71,7 @@ def test_lookalike_notes_never_cross_owners(family, capture):
         assert other not in answer.prompt and other not in answer.text
 
 
+@BOTH_STORES
 def test_stranger_gets_an_empty_pool_and_an_answer_without_memory(family, capture):
     mem, _, _ = family
     answer = mem.ask("What is my PIN?", probe=capture(STRANGER, 3))
@@ -79,6 +85,7 @@ def test_stranger_gets_an_empty_pool_and_an_answer_without_memory(family, captur
     assert max(answer.gate.scores.values()) < answer.gate.threshold
 
 
+@BOTH_STORES
 def test_an_owner_asking_about_something_never_said_is_told_so_not_given_a_near_miss(family, capture):
     mem, alice, _ = family
     answer = mem.ask("What is my blood type?", probe=capture(ALICE, 4))
@@ -103,6 +110,7 @@ def test_results_convert_to_mem0_style_dicts(family, capture):
     assert all(r["owner"] == alice.id and "score" in r for r in data["results"])
 
 
+@BOTH_STORES
 def test_add_by_probe_stores_for_the_matched_owner_and_refuses_strangers(family, capture):
     mem, alice, _ = family
     note = mem.add("My sister lives in Lisbon", probe=capture(ALICE, 4))
@@ -113,6 +121,7 @@ def test_add_by_probe_stores_for_the_matched_owner_and_refuses_strangers(family,
     assert table_rows(mem) == before
 
 
+@BOTH_STORES
 def test_by_id_operations_refuse_non_owners(family, capture):
     mem, alice, bob = family
     alice_note = mem.get_all(probe=capture(ALICE, 2))[0]
@@ -130,6 +139,7 @@ def test_by_id_operations_refuse_non_owners(family, capture):
     assert mem.get(alice_note.id, probe=capture(ALICE, 3)).content == alice_note.content
 
 
+@BOTH_STORES
 def test_update_and_delete_keep_history_for_the_owner(family, capture):
     mem, alice, _ = family
     owner_probe = capture(ALICE, 3)
@@ -159,6 +169,7 @@ def test_a_deleted_note_leaves_no_text_in_the_files_unless_its_history_is_kept(m
     assert audit[-1]["event"] == "delete" and audit[-1]["before"]["content"] == "My bike lock code is 2468"
 
 
+@BOTH_STORES
 def test_the_answerer_keeps_no_sentence_of_an_owner_who_changed_deleted_or_was_forgotten(make_memory, face_probe):
     mem = make_memory()
     alice = mem.enroll("alice", [face_probe(ALICE, 0)])
@@ -197,18 +208,18 @@ def test_a_deleted_note_vector_leaves_the_hnsw_index_file(make_memory, face_prob
     assert sorted(n.id for n, _ in hits) == sorted(n.id for n in notes if n.id != notes[1].id)
 
 
+@BOTH_STORES
 def test_links_join_only_notes_of_one_owner(make_memory, face_probe):
     mem = make_memory()
     alice = mem.enroll("alice", [face_probe(ALICE, 0)])
     bob = mem.enroll("bob", [face_probe(BOB, 0)])
     mem.add_many(["I love hiking in the Alps", "Hiking in the Alps is my favourite holiday"], identity=bob.id)
     mem.add_many(["I love hiking in the Alps", "We went hiking in the Alps again"], identity=alice.id)
-    rows = mem.store.db.execute(
-        "SELECT l.owner_id, s.owner_id, t.owner_id FROM links l "
-        "JOIN notes s ON s.id = l.source_id JOIN notes t ON t.id = l.target_id").fetchall()
-    assert rows, "similar notes of one owner should be linked"
-    assert all(a == b == c for a, b, c in rows)
-    with pytest.raises(sqlite3.IntegrityError):  # storage itself refuses a cross-owner link
+    for owner in (alice, bob):
+        notes = mem.store.all_notes(owner.id)
+        assert any(n.links for n in notes), "similar notes of one owner should be linked"
+        assert all(set(n.links) <= {m.id for m in notes} for n in notes)
+    with pytest.raises((sqlite3.IntegrityError, psycopg.IntegrityError)):  # storage itself refuses a cross-owner link
         bob_note = mem.get_all(probe=face_probe(BOB, 0))[0]
         alice_note = mem.get_all(probe=face_probe(ALICE, 0))[0]
         mem.store.add_links(alice.id, alice_note.id, [bob_note.id])
@@ -251,6 +262,7 @@ class Retagger(OfflineLLM):
                          new_tags_neighborhood=[["neighbour", f"after-{len(draft.content)}"] for _ in neighbours])
 
 
+@BOTH_STORES
 def test_every_stored_vector_embeds_its_note_as_stored_after_evolution(make_memory, face_probe, text_encoder):
     mem = make_memory("evolving.db", llm=Retagger(text_encoder))
     alice = mem.enroll("alice", [face_probe(ALICE, 0)])
@@ -294,6 +306,7 @@ def test_forget_leaves_no_row_no_vector_and_no_bytes(make_memory, face_probe, tm
             assert secret.encode() not in path.read_bytes(), f"{path.name} still holds the text"
 
 
+@BOTH_STORES
 def test_reopening_gives_the_same_results(make_memory, face_probe, tmp_path):
     mem = make_memory("reopen.db")
     alice = mem.enroll("alice", [face_probe(ALICE, 0)])
@@ -350,6 +363,7 @@ def test_exact_and_hnsw_partitions_give_identical_top_k(make_memory, face_probe,
 
 
 @pytest.mark.slow
+@BOTH_STORES
 def test_gate_equals_the_papers_per_note_indicator(make_memory, face_probe):
     """Template-level gating (U comparisons) admits exactly the notes the paper's rule admits."""
     mem = make_memory(policy="all")
@@ -364,7 +378,7 @@ def test_gate_equals_the_papers_per_note_indicator(make_memory, face_probe):
             mem.set_threshold(tau)
             admitted = {n.id for o in mem.identify(probe).admitted for n in mem.store.all_notes(o)}
             naive = set()
-            for note_id, owner_id in mem.store.db.execute("SELECT id, owner_id FROM notes"):
+            for note_id, owner_id in [(n.id, n.owner) for o in owners for n in mem.store.all_notes(o.id)]:
                 ids, templates = mem.store.templates("face-arcface-s")
                 b_i = templates[ids == owner_id]  # the owner's biometric embedding(s) of this note
                 cos = b_i @ probe.embedding / np.linalg.norm(b_i, axis=1) / np.linalg.norm(probe.embedding)
@@ -373,6 +387,7 @@ def test_gate_equals_the_papers_per_note_indicator(make_memory, face_probe):
             assert admitted == naive
 
 
+@BOTH_STORES
 def test_policy_best_admits_one_identity_and_all_admits_every_match(make_memory, face_probe):
     mem = make_memory()
     a = mem.enroll("alice", [face_probe(ALICE, 0)])
@@ -384,6 +399,7 @@ def test_policy_best_admits_one_identity_and_all_admits_every_match(make_memory,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("hnsw_threshold", [20_000, 5], ids=["exact", "hnsw"])
+@BOTH_STORES
 def test_eight_threads_adding_and_searching_lose_nothing(make_memory, face_probe, hnsw_threshold):
     mem = make_memory("threads.db", hnsw_threshold=hnsw_threshold)
     people = [mem.enroll(f"p{p}", [face_probe(p, 0)]) for p in range(4)]
@@ -413,6 +429,7 @@ def test_eight_threads_adding_and_searching_lose_nothing(make_memory, face_probe
         assert mem.partitions.size(owner.id) == 24
 
 
+@BOTH_STORES
 def test_bad_inputs_raise_typed_errors_and_write_nothing(family, capture, tmp_path, face_probe):
     mem, alice, bob = family
     before = table_rows(mem)
@@ -469,6 +486,7 @@ def test_timestamps_in_iso_and_locomo_form(raw, iso):
     assert parse_timestamp(raw) == iso
 
 
+@BOTH_STORES
 def test_multimodal_probes_fuse_per_policy(make_memory, face_probe):
     mem = make_memory()
     rng = np.random.default_rng(3)
@@ -504,6 +522,7 @@ def test_multimodal_probes_fuse_per_policy(make_memory, face_probe):
     assert [n.content for n, _ in fused_search.notes] == ["Alice's gym locker is 42"]
 
 
+@BOTH_STORES
 def test_kept_out_summary_is_a_total_for_the_owner_and_nothing_for_a_stranger(family, capture):
     mem, alice, bob = family
     owner = mem.search("PIN", probe=capture(ALICE, 2)).as_dict()
@@ -513,6 +532,7 @@ def test_kept_out_summary_is_a_total_for_the_owner_and_nothing_for_a_stranger(fa
     assert stranger == {"results": [], "gate": {"matched": False, "modality": "face-arcface-s"}, "gated_out": None}
 
 
+@BOTH_STORES
 def test_a_private_reply_never_scans_every_owner_s_notes(family, capture, monkeypatch):
     """The kept-out total comes from the note counter and the admitted partitions, the score from the
     admitted identity alone: a search at a million notes / 10,000 identities must not aggregate every

@@ -259,3 +259,30 @@ def test_two_engine_processes_see_each_others_writes_and_forget_is_final_for_bot
         engine.kill()
         engine.wait()
     assert mem.store.counts()["notes"] == 4
+
+
+def test_forget_leaves_no_row_of_the_person_and_their_id_is_never_given_again(household):
+    url, mem, ana, ben = household
+    assert mem.forget(probe=probe(1)) == ana.id
+    with psycopg.connect(url) as conn:  # as the tables' owner, whom row-level security does not restrict
+        for table, column in (("identities", "id"), ("templates", "identity_id"), ("notes", "owner_id"),
+                              ("links", "owner_id"), ("history", "owner_id")):
+            assert conn.execute(f"SELECT count(*) FROM biomem.{table} WHERE {column} = %s",
+                                [ana.id]).fetchone()[0] == 0, table
+    gate = mem.identify(probe(1))
+    assert gate.identity is None and ana.id not in gate.scores
+    again = mem.enroll("Ana", [Probe(person(1), MODALITY)])
+    assert again.id > ben.id and mem.search("PIN", probe=probe(1)).notes == []
+
+
+def test_the_cli_manages_keys_in_a_postgresql_store(postgres_database):
+    url = postgres_database("cli")
+    env = {**os.environ, "BIOMEM_DB": url}
+    created = subprocess.run([sys.executable, "-m", "biomem.cli", "keys", "create", "kiosk"],
+                             capture_output=True, text=True, timeout=120, env=env)
+    assert created.returncode == 0, created.stderr
+    listed = subprocess.run([sys.executable, "-m", "biomem.cli", "keys", "list"], capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert '"kiosk"' in listed.stdout and created.stdout.strip() not in listed.stdout
+    with closing(open_store(url)) as store:
+        assert [k["name"] for k in store.api_keys()] == ["kiosk"]

@@ -23,6 +23,8 @@ from biomem.errors import (
 from biomem.keys import any_keys, authenticate, create_key, list_keys, revoke_key
 from biomem.store import Store
 
+from .conftest import BOTH_STORES
+
 ALICE, BOB, STRANGER = 0, 1, 2
 
 
@@ -37,6 +39,7 @@ def family(make_memory, capture):
     return mem, alice, bob
 
 
+@BOTH_STORES
 def test_a_session_acts_as_the_probe_s_person_only(family, capture, face_probe):
     mem, alice, bob = family
     bob_note = mem.store.all_notes(bob.id)[0]
@@ -71,6 +74,7 @@ def test_a_session_reuses_the_gate_decision_instead_of_encoding_again(family, ca
     assert len(calls) == 1
 
 
+@BOTH_STORES
 def test_changes_in_a_session_need_a_fresh_step_up_probe_of_the_same_person(family, face_probe):
     mem, alice, bob = family
     me = mem.session(face_probe(ALICE, 3))
@@ -93,6 +97,7 @@ def test_listing_everything_needs_a_session_opened_at_step_up(family, face_probe
     assert narrow.search("PIN").notes  # gated reads still work
 
 
+@BOTH_STORES
 def test_sessions_expire_and_end_when_their_person_is_forgotten(family, face_probe):
     mem, alice, bob = family
     short = mem.session(face_probe(ALICE, 3), ttl=0.0)

@@ -19,6 +19,11 @@ from ..errors import NoteNotFoundError
 from ..records import NOTE_COLUMNS, Identity, Note, check_id, now_iso
 
 
+def as_array(vector: Any) -> np.ndarray:
+    """A pgvector value (pgvector.Vector, or an array) as float32 numpy."""
+    return np.asarray(vector.to_numpy() if hasattr(vector, "to_numpy") else vector, dtype=np.float32)
+
+
 class PgNoteRows:
     """Notes, links and history of a PostgresStore, which supplies transactions and identity lookups."""
 
@@ -92,7 +97,7 @@ class PgNoteRows:
             rows = conn.execute("SELECT id, embedding FROM notes WHERE owner_id = %s ORDER BY timestamp, id",
                                 [int(owner_id)]).fetchall()
         ids = np.array([r[0] for r in rows], dtype=np.int64)
-        return ids, (np.stack([r[1] for r in rows]).astype(np.float32) if rows else None), generation
+        return ids, (np.stack([as_array(r[1]) for r in rows]) if rows else None), generation
 
     def update_note(self, owner_id: int, note_id: int, event: str, vector: np.ndarray | None = None,
                     **fields: Any) -> tuple[Note, int]:

@@ -26,7 +26,7 @@ from ..records import Identity, check_id, now_iso
 from ..sealing import Sealer
 from ..settings import Settings
 from ..storage import COLUMNS, KEYS, OWN_META, SealedTemplates, SearchIndex, without_password
-from .note_rows import PgNoteRows
+from .note_rows import PgNoteRows, as_array
 from .schema import APP_ROLE, MIGRATIONS, SCHEMA_VERSION, TABLES_WITH_OWNERS
 
 log = logging.getLogger(__name__)
@@ -331,7 +331,7 @@ class PostgresStore(PgNoteRows, SealedTemplates):
 def _portable(column: str, value: Any) -> Any:
     """A PostgreSQL value as the SQLite store exports it (float32 bytes, 0/1)."""
     if column == "embedding" and not isinstance(value, bytes):
-        return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32).tobytes()
+        return as_array(value).tobytes()
     if column == "sample":
         return int(value)
     return value
