@@ -171,7 +171,8 @@ class Settings:
     `dataclasses.replace(settings, policy="all")`. Secrets are left out of repr()."""
 
     db: str = _setting(
-        ("BIOMEM_DB",), "database file; its derived indexes live in `<db>.index/`", "`biomem.db`",
+        ("BIOMEM_DB",), "the store: an SQLite file (its derived indexes in `<db>.index/`) or a "
+        "`postgresql://` URL (see Storage)", "`biomem.db`",
         (CLI, APP), lambda env: _raw(env, "BIOMEM_DB") or "biomem.db", argument="`BioMemory(path)`, `--db`")
     encoder: str | None = _setting(
         ("BIOMEM_ENCODER",), "biometric encoder of a new store (stored in it when created)",
