@@ -2,6 +2,7 @@
 
 import os
 import tempfile
+import uuid
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read by huggingface_hub at import: set first
 # Template keys of the tests' stores go to a throw-away config folder, never the user's.
@@ -85,23 +86,33 @@ def postgres_server(tmp_path_factory):
     server.cleanup()
 
 
+def create_database(server, name: str) -> str:
+    """A fresh, empty database on the test server; its URL."""
+    import psycopg
+    database = f"t_{os.getpid()}_{name}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {database}")
+    return server.get_uri(database)
+
+
+def drop_database(server, url: str) -> None:
+    import psycopg
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {psycopg.conninfo.conninfo_to_dict(url)['dbname']} WITH (FORCE)")
+
+
 @pytest.fixture
 def postgres_database(request):
     """postgres_database(name): the URL of a fresh, empty database on the test server, dropped afterwards."""
     server = request.getfixturevalue("postgres_server")
-    import psycopg
     made: list[str] = []
 
     def make(name: str) -> str:
-        database = f"t_{len(made)}_{os.getpid()}_{abs(hash((request.node.nodeid, name))) % 10**8}"
-        with psycopg.connect(server.get_uri(), autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {database}")
-        made.append(database)
-        return server.get_uri(database)
+        made.append(create_database(server, name))
+        return made[-1]
     yield make
-    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
-        for database in made:
-            conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+    for url in made:
+        drop_database(server, url)
 
 
 @pytest.fixture

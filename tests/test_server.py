@@ -38,6 +38,8 @@ from biomem.server.auth import loopback
 from biomem.settings import Settings
 from modalities.palmsynth import palm_capture
 
+from .conftest import create_database, drop_database
+
 ANA, BEN, CHLOE, STRANGER = 0, 1, 2, 6  # demo_capture() people; the stranger is never enrolled
 SESSION = "X-Biomem-Session"
 
@@ -65,12 +67,17 @@ def faces(face_encoder) -> SimpleNamespace:
     return SimpleNamespace(fresh=fresh, clear=clear)
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory, text_encoder, face_encoder):
-    """The demo store (Ana, Ben, Chloe) with admin, agent, second-agent and revoked keys, served once:
-    REST, MCP and the page, as `biomem serve` builds them."""
-    root = tmp_path_factory.mktemp("server")
-    mem = BioMemory(root / "s.db", text_model=text_encoder, encoder=face_encoder, limits="off")
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def service(request, tmp_path_factory, text_encoder, face_encoder):
+    """The demo store (Ana, Ben, Chloe) with admin, agent, second-agent and revoked keys, served once on
+    each store: REST, MCP and the page, as `biomem serve` builds them."""
+    if request.param == "sqlite":
+        location = tmp_path_factory.mktemp("server") / "s.db"
+    else:
+        server = request.getfixturevalue("postgres_server")
+        location = create_database(server, "server")
+        request.addfinalizer(lambda: drop_database(server, location))
+    mem = BioMemory(location, text_model=text_encoder, encoder=face_encoder, limits="off")
     ids = build_demo(mem)
     keys = {name: create_key(mem.store, name, "admin" if name == "admin" else "agent")[0]
             for name in ("admin", "agent", "other", "revoked")}
