@@ -1,6 +1,7 @@
 """Shared fixtures: real models loaded once per session, faces from the insightface package."""
 
 import os
+import re
 import tempfile
 import uuid
 
@@ -89,7 +90,7 @@ def postgres_server(tmp_path_factory):
 def create_database(server, name: str) -> str:
     """A fresh, empty database on the test server; its URL."""
     import psycopg
-    database = f"t_{os.getpid()}_{name}_{uuid.uuid4().hex[:12]}"
+    database = f"t_{os.getpid()}_{re.sub(r'[^a-z0-9]', '_', name.lower())}_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {database}")
     return server.get_uri(database)

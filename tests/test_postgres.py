@@ -64,12 +64,15 @@ def test_row_level_security_hides_every_row_without_the_right_owner_even_from_ra
     with app_connection(url) as conn:
         for table in ("notes", "links", "history", "templates"):
             assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, f"{table} without an owner"
+        assert conn.execute("DELETE FROM identities WHERE id = %s", [ana.id]).rowcount == 0  # no forget of Ana
+        assert conn.execute("UPDATE identities SET label = 'x'").rowcount == 0
         conn.execute("SELECT set_config('biomem.admitted', %s, true)", [f"{{{ben.id}}}"])
         assert {r[0] for r in conn.execute("SELECT content FROM notes")} == \
             {"My PIN is 9876", "I run the Berlin marathon", "My brother lives in Porto"}
         assert conn.execute("SELECT count(*) FROM notes WHERE owner_id = %s", [ana.id]).fetchone()[0] == 0
         assert conn.execute("UPDATE notes SET content = 'x' WHERE owner_id = %s", [ana.id]).rowcount == 0
         assert conn.execute("DELETE FROM history WHERE owner_id = %s", [ana.id]).rowcount == 0
+        assert conn.execute("DELETE FROM identities WHERE id = %s", [ana.id]).rowcount == 0
         with pytest.raises(psycopg.errors.InsufficientPrivilege):  # nor can it write into Ana's partition
             conn.execute("INSERT INTO notes (owner_id, content, timestamp, embedding) VALUES (%s, 'planted', 'now', %s)",
                          [ana.id, "[" + ",".join(["0.1"] * 384) + "]"])

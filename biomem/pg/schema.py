@@ -146,6 +146,13 @@ def _rls_and_grants() -> str:
         parts.append(f"ALTER TABLE biomem.{table} ENABLE ROW LEVEL SECURITY;")
         parts.append(f"CREATE POLICY owner_rows ON biomem.{table} USING ({owner} = ANY (biomem.admitted())) "
                      f"WITH CHECK ({owner} = ANY (biomem.admitted()));")
+    # identities: everyone may be listed (labels, the gate) and anyone may enrol, but only the admitted
+    # person's row changes or goes (a forget cascades to all they own, past row-level security)
+    parts += ["ALTER TABLE biomem.identities ENABLE ROW LEVEL SECURITY;",
+              "CREATE POLICY listed ON biomem.identities FOR SELECT USING (true);",
+              "CREATE POLICY enrolled ON biomem.identities FOR INSERT WITH CHECK (true);",
+              "CREATE POLICY changed ON biomem.identities FOR UPDATE USING (id = ANY (biomem.admitted()));",
+              "CREATE POLICY forgotten ON biomem.identities FOR DELETE USING (id = ANY (biomem.admitted()));"]
     for function in ("gallery(text)", "gallery_modalities(bigint)", "note_summary(bigint[])", "row_counts()"):
         parts.append(f"REVOKE ALL ON FUNCTION biomem.{function} FROM PUBLIC;")
         parts.append(f"GRANT EXECUTE ON FUNCTION biomem.{function} TO {APP_ROLE};")
