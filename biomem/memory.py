@@ -34,7 +34,7 @@ from .results import Answer, SearchResult
 from .sessions import DEFAULT_TTL, Session, Sessions
 from .settings import Settings
 from .storage import MemoryStore, is_postgres, open_store, sqlite_path
-from .textenc import TextEncoder
+from .textenc import TextEncoder, default_onnx_cache
 from .timeparse import parse_timestamp
 
 DEFAULT_ENCODER = "face-arcface-s"  # the paper's face encoder (ArcFace, insightface buffalo_s)
@@ -84,7 +84,7 @@ class BioMemory(Biometrics):
         self.limiter = AttemptLimiter(AttemptLimits.parse(limits) if isinstance(limits, str)
                                       else limits if limits is not None else settings.attempts)
         self.text = (text_model if isinstance(text_model, TextEncoder)
-                     else TextEncoder(text_model or settings.text_model))
+                     else TextEncoder(text_model or settings.text_model, onnx_cache=default_onnx_cache(settings)))
         self._check_text_model()
         self._encoders = EncoderCache()
         if isinstance(encoder, modalities.Encoder):

@@ -152,8 +152,8 @@ def _key_file(env: Environ) -> Path:
     return Path(_raw(env, "XDG_CONFIG_HOME") or Path.home() / ".config") / "biomem" / "key"
 
 
-def _locomo_cache(env: Environ) -> Path:
-    return Path(_raw(env, "XDG_CACHE_HOME") or Path.home() / ".cache") / "biomem" / "locomo"
+def _cache(env: Environ) -> Path:
+    return Path(_raw(env, "XDG_CACHE_HOME") or Path.home() / ".cache") / "biomem"
 
 
 def _setting(env: tuple[str, ...], meaning: str, default: str, surfaces: tuple[str, ...],
@@ -225,9 +225,11 @@ class Settings:
     hub_offline: bool = _setting(
         ("HF_HUB_OFFLINE",), "no Hugging Face Hub downloads: models from the cache or pip packages "
         "(read by `modalities`)", "off", EVERYWHERE, lambda env: modalities.weights.hub_offline())
-    locomo_cache: Path = _setting(
-        ("XDG_CACHE_HOME",), "LoCoMo data and cached ingestions of `biomem eval locomo`, in "
-        "`$XDG_CACHE_HOME/biomem/locomo`", "`~/.cache`", (CLI,), _locomo_cache, argument="`--cache-dir`")
+    cache: Path = _setting(
+        ("XDG_CACHE_HOME",), "caches, in `$XDG_CACHE_HOME/biomem`: `onnx/` the text encoder's onnxruntime "
+        "export (made from the loaded model on first use), `locomo/` LoCoMo data and cached ingestions of "
+        "`biomem eval locomo`", "`~/.cache`", EVERYWHERE, _cache,
+        argument="`TextEncoder(onnx_cache=)`, `--cache-dir`")
     on_space: bool = _setting(
         ("SPACE_ID",), "set by Hugging Face on a Space: the defaults marked \"on a Space\"", "unset",
         EVERYWHERE, _on_space)

