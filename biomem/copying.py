@@ -53,8 +53,8 @@ def copy_store(source: str | Path, target: str | Path, *, key: bytes | None = No
         if any(new.counts().values()):
             raise InvalidInputError(f"{new.location} already holds data: the target of a copy must be empty")
         dim = old.get_meta("text_dim")
-        if dim is not None:  # PostgreSQL types its embedding column (and indexes it) for this dimension
-            new.search_index(int(dim), hnsw_threshold=0)
+        if dim is not None:  # PostgreSQL types its embedding column for this dimension
+            new.search_index(int(dim))
         for table in TABLES:
             new.import_rows(table, old.export_rows(table))
             if table in COUNTED:

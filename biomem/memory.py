@@ -50,6 +50,9 @@ class BioMemory(Biometrics):
     text_model: sentence encoder (default $BIOMEM_TEXT_MODEL or all-MiniLM-L6-v2, offline first).
     llm: "offline" (default, or $BIOMEM_LLM), "openai:<model>", "hf:<model-id>" or an LLM instance.
     policy: "best" admits only the best-matching identity; "all" every identity at or above τ.
+    hnsw_threshold: notes per owner from which a partition is searched through an HNSW graph instead
+        of exactly; default the store's: 20,000 on SQLite (hnswlib per owner), never on PostgreSQL
+        (pgvector's one graph over every owner was slower and less exact than a scan, see README).
     fusion: how a probe carrying several modalities is judged: "all" must match (default),
         "any" suffices, or "sum" of the margins above each τ.
     disclosure: "private" or "demo" (see biomem.disclosure; default $BIOMEM_DISCLOSURE, else "private",
@@ -69,7 +72,7 @@ class BioMemory(Biometrics):
                  encoder: str | modalities.Encoder | None = None,
                  text_model: str | TextEncoder | None = None, llm: str | LLM | None = None,
                  policy: str = "best", fusion: str = "all", k: int = 10,
-                 hnsw_threshold: int = 20_000, disclosure: str | None = None,
+                 hnsw_threshold: int | None = None, disclosure: str | None = None,
                  force_disclosure: bool = False, limits: AttemptLimits | str | None = None,
                  key: bytes | None = None, settings: Settings | None = None) -> None:
         if policy not in POLICIES:

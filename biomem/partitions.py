@@ -50,11 +50,14 @@ def wipe(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
+HNSW_THRESHOLD = 20_000  # notes per owner from which a partition gets an hnswlib index (default)
+
+
 class Partitions:
     """Cache of partitions keyed by owner id; reloads an owner whenever its generation moved."""
 
     def __init__(self, store: Store, index_dir: str | Path, dim: int, *,
-                 hnsw_threshold: int = 20_000, ef_search: int = 256) -> None:
+                 hnsw_threshold: int = HNSW_THRESHOLD, ef_search: int = 256) -> None:
         self.store = store
         self.index_dir = Path(index_dir)
         self.dim = dim

@@ -313,10 +313,12 @@ class Store(NoteRows, SealedTemplates):
             return db.execute("UPDATE api_keys SET revoked = ? WHERE id = ? AND revoked IS NULL",
                               [now_iso(), check_id(key_id, "key")]).rowcount == 1
 
-    def search_index(self, dim: int, *, hnsw_threshold: int) -> SearchIndex:
-        """Per-owner partitions derived from this file, their hnsw indexes in `<file>.index/`."""
-        from .partitions import Partitions
-        return Partitions(self, self.path.with_name(self.path.name + ".index"), dim, hnsw_threshold=hnsw_threshold)
+    def search_index(self, dim: int, *, hnsw_threshold: int | None = None) -> SearchIndex:
+        """Per-owner partitions derived from this file, hnswlib from `hnsw_threshold` notes (default
+        20,000), their index files in `<file>.index/`."""
+        from .partitions import HNSW_THRESHOLD, Partitions
+        return Partitions(self, self.path.with_name(self.path.name + ".index"), dim,
+                          hnsw_threshold=HNSW_THRESHOLD if hnsw_threshold is None else hnsw_threshold)
 
     # copying between stores (biomem.copying)
     def export_rows(self, table: str) -> Iterator[tuple]:

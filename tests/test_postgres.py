@@ -145,7 +145,7 @@ def test_large_partitions_search_through_pgvector_hnsw_with_high_recall(postgres
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         mem.store.insert_notes(owner, [{"content": f"n{i}", "timestamp": "2024-01-01", "keywords": [], "tags": [],
                                         "context": ""} for i in range(400)], vectors)
-    exact = type(mem.partitions)(mem.store, hnsw_threshold=10**9)
+    exact = type(mem.partitions)(mem.store)
     recalls = []
     for q in rng.standard_normal((20, text_encoder.dim)).astype(np.float32):
         q /= np.linalg.norm(q)

@@ -30,6 +30,7 @@ from .note_rows import PgNoteRows, as_array
 from .schema import APP_ROLE, MIGRATIONS, SCHEMA_VERSION, TABLES_WITH_OWNERS
 
 log = logging.getLogger(__name__)
+VECTOR_INDEX = "CREATE INDEX notes_hnsw ON notes USING hnsw (embedding vector_ip_ops)"
 
 
 class PostgresStore(PgNoteRows, SealedTemplates):
@@ -132,6 +133,21 @@ class PostgresStore(PgNoteRows, SealedTemplates):
             finally:
                 self._local.conn = None
 
+    @contextmanager
+    def reading(self) -> Iterator[psycopg.Connection]:
+        """A connection for one read statement that admits no owner: the current transaction's if there
+        is one, else a pooled connection in autocommit, which spares the BEGIN and COMMIT round trips."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        with self.pool.connection() as conn:
+            conn.autocommit = True
+            try:
+                yield conn
+            finally:
+                conn.autocommit = False
+
     @staticmethod
     def _admit(conn: psycopg.Connection, owners: Iterable[int]) -> None:
         admitted = "{" + ",".join(str(int(o)) for o in owners) + "}"
@@ -147,30 +163,33 @@ class PostgresStore(PgNoteRows, SealedTemplates):
         """Nothing to do here: deleted rows are gone for every query at commit; the server's vacuum
         reclaims their pages and its WAL retention decides when the bytes leave (README)."""
 
-    def search_index(self, dim: int, *, hnsw_threshold: int) -> SearchIndex:
-        """Search in the database: exact per-owner scans, pgvector HNSW for large partitions."""
+    def search_index(self, dim: int, *, hnsw_threshold: int | None = None) -> SearchIndex:
+        """Search in the database: exact per-owner scans, and pgvector HNSW for partitions of at least
+        `hnsw_threshold` notes when one is given (the first such open builds the index)."""
         from .search import DatabaseSearch
-        self.ensure_vector_index(dim)
+        self.ensure_vector_index(dim, hnsw=hnsw_threshold is not None)
         return DatabaseSearch(self, hnsw_threshold=hnsw_threshold)
 
-    def ensure_vector_index(self, dim: int) -> None:
-        """Type the note embeddings as vector(dim) and give them an HNSW index (inner product), once."""
+    def ensure_vector_index(self, dim: int, *, hnsw: bool = True) -> None:
+        """Type the note embeddings as vector(dim) and, with `hnsw`, give them an HNSW index (inner product)."""
         with self.transaction() as conn:
             typed = conn.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
                                  "'biomem.notes'::regclass AND attname = 'embedding'").fetchone()[0]
             indexed = conn.execute("SELECT to_regclass('biomem.notes_hnsw')").fetchone()[0] is not None
-        if typed == f"vector({dim})" and indexed:
+        if typed == f"vector({dim})" and (indexed or not hnsw):
             return
         if typed not in ("vector", f"vector({dim})"):
             raise StoreCorruptError(f"{self.location} holds {typed} note embeddings, the text model makes {dim}-d ones")
         with self.owner_connection() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('biomem schema'))")
-            conn.execute(f"ALTER TABLE notes ALTER COLUMN embedding TYPE vector({int(dim)})")
-            conn.execute("CREATE INDEX IF NOT EXISTS notes_hnsw ON notes USING hnsw (embedding vector_ip_ops)")
+            if typed == "vector":
+                conn.execute(f"ALTER TABLE notes ALTER COLUMN embedding TYPE vector({int(dim)})")
+            if hnsw:
+                conn.execute(VECTOR_INDEX.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS"))
 
     # meta and thresholds
     def get_meta(self, key: str, default: str | None = None) -> str | None:
-        with self.transaction() as conn:
+        with self.reading() as conn:
             row = conn.execute("SELECT value FROM meta WHERE key = %s", [key]).fetchone()
         return row[0] if row else default
 
@@ -182,7 +201,7 @@ class PostgresStore(PgNoteRows, SealedTemplates):
     def threshold(self, modality: str, *, step_up: bool = False) -> tuple[float, str] | None:
         """(τ, provenance) stored for `modality` (the step-up τ with `step_up`), else None."""
         columns = "tau_strict, strict_source" if step_up else "tau, source"
-        with self.transaction() as conn:
+        with self.reading() as conn:
             row = conn.execute(f"SELECT {columns} FROM thresholds WHERE modality = %s", [modality]).fetchone()
         return (float(row[0]), row[1]) if row and row[0] is not None else None
 
@@ -228,7 +247,7 @@ class PostgresStore(PgNoteRows, SealedTemplates):
         return self.get_meta("templates_version", "0")
 
     def identity(self, identity_id: int) -> Identity:
-        with self.transaction() as conn:
+        with self.reading() as conn:
             row = conn.execute("SELECT id, label, sample FROM identities WHERE id = %s",
                                [check_id(identity_id, "identity")]).fetchone()
         if row is None:
@@ -310,9 +329,19 @@ class PostgresStore(PgNoteRows, SealedTemplates):
         conflict = " ON CONFLICT (key) DO UPDATE SET value = excluded.value" if table == "meta" else ""
         with self.owner_connection() as conn:
             register_vector(conn)
-            conn.cursor().executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
-                               f"({', '.join(['%s'] * len(columns))}){conflict}",
-                               [tuple(_native(table, c, v) for c, v in zip(columns, row)) for row in rows])
+            if table == "meta":  # the store's own rows are there already: upsert
+                conn.cursor().executemany(f"INSERT INTO meta ({', '.join(columns)}) VALUES (%s, %s){conflict}", rows)
+                return len(rows)
+            # notes: one HNSW build over the copied rows, not one graph insertion per row
+            indexed = table == "notes" and conn.execute("SELECT to_regclass('biomem.notes_hnsw')").fetchone()[0]
+            if indexed:
+                conn.execute("DROP INDEX notes_hnsw")
+            with conn.cursor().copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(tuple(_native(table, c, v) for c, v in zip(columns, row)))
+            if indexed:
+                conn.execute("SET LOCAL maintenance_work_mem = '1GB'")
+                conn.execute(VECTOR_INDEX)
         return len(rows)
 
     def id_floor(self, table: str) -> int:
