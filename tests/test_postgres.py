@@ -172,9 +172,20 @@ def test_schema_versions_match_sqlite_and_a_newer_database_is_refused(postgres_d
         open_store(url)
 
 
-def test_an_unreachable_server_is_a_clear_error(tmp_path):
+def test_an_unreachable_server_or_a_user_outside_the_engine_role_is_a_clear_error(tmp_path, postgres_database):
     with pytest.raises(StoreCorruptError, match="cannot reach PostgreSQL"):
         open_store(f"postgresql://nobody@/nowhere?host={tmp_path}&connect_timeout=2")
+    url = postgres_database("outsider")
+    open_store(url).close()  # the schema exists
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS stranger")
+        conn.execute("CREATE ROLE stranger LOGIN")
+    try:
+        with pytest.raises(StoreCorruptError, match=f"GRANT {APP_ROLE} TO"):
+            open_store(url.replace("postgres:@", "stranger:@"))
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("DROP ROLE stranger")
 
 
 def test_migrate_copies_sqlite_to_postgresql_and_back_with_every_row_checked(tmp_path, postgres_database,
@@ -289,3 +300,41 @@ def test_the_cli_manages_keys_in_a_postgresql_store(postgres_database):
     assert '"kiosk"' in listed.stdout and created.stdout.strip() not in listed.stdout
     with closing(open_store(url)) as store:
         assert [k["name"] for k in store.api_keys()] == ["kiosk"]
+
+
+def test_an_existing_server_set_up_as_the_readme_says_runs_with_no_superuser(postgres_server, postgres_database,
+                                                                              text_encoder):
+    """README, Storage: a superuser adds pgvector; an ordinary owner creates the schema; a kiosk login that
+    may only act as the engine's role serves from it."""
+    open_store(postgres_database("role")).close()  # the cluster has the engine's role from now on
+    admin = postgres_server.get_uri()
+    database = f"existing_{os.getpid()}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for statement in ("DROP DATABASE IF EXISTS {db} WITH (FORCE)", "DROP ROLE IF EXISTS kiosk",
+                          "DROP ROLE IF EXISTS memory_owner", "CREATE ROLE memory_owner LOGIN",
+                          "CREATE DATABASE {db} OWNER memory_owner", f"GRANT {APP_ROLE} TO memory_owner",
+                          f"CREATE ROLE kiosk LOGIN IN ROLE {APP_ROLE}"):
+            conn.execute(statement.format(db=database))
+    with psycopg.connect(postgres_server.get_uri(database), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION vector")
+    as_user = {user: postgres_server.get_uri(database).replace("postgres:@", f"{user}:@")
+               for user in ("memory_owner", "kiosk")}
+    try:
+        owner = memory(as_user["memory_owner"], text_encoder)
+        ana = owner.enroll("Ana", [Probe(person(1), MODALITY)])
+        owner.add("My PIN is 1234", identity=ana.id)
+        owner.close()
+        kiosk = memory(as_user["kiosk"], text_encoder)
+        assert kiosk.search("PIN", probe=probe(1)).notes[0][0].content == "My PIN is 1234"
+        assert kiosk.add("I parked on level 3", probe=probe(1)).owner == ana.id
+        kiosk.close()
+        with psycopg.connect(as_user["kiosk"]) as conn:  # the login itself, by hand: row-level security holds
+            assert conn.execute("SELECT count(*) FROM biomem.notes").fetchone() == (0,)
+        with psycopg.connect(postgres_server.get_uri(database)) as conn:
+            assert conn.execute("SELECT tableowner FROM pg_tables WHERE schemaname = 'biomem' AND tablename = 'notes'",
+                                ).fetchone() == ("memory_owner",)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+            conn.execute("DROP ROLE IF EXISTS kiosk")
+            conn.execute("DROP ROLE IF EXISTS memory_owner")

@@ -16,10 +16,15 @@ from __future__ import annotations
 APP_ROLE = "biomem_app"
 TABLES_WITH_OWNERS = {"notes": "owner_id", "links": "owner_id", "history": "owner_id", "templates": "identity_id"}
 
+# The engine's role; a non-superuser who creates it (PostgreSQL 16+ makes them its admin, not a member
+# that may SET ROLE) is also granted the right to act as it, as replicas logging in as the owner would.
 _ROLE = f"""
 DO $$ BEGIN
     IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{APP_ROLE}') THEN
         CREATE ROLE {APP_ROLE} NOLOGIN NOSUPERUSER NOBYPASSRLS NOINHERIT;
+    END IF;
+    IF NOT pg_has_role(current_user, '{APP_ROLE}', 'SET') THEN
+        EXECUTE format('GRANT {APP_ROLE} TO %I WITH INHERIT FALSE, SET TRUE', current_user);
     END IF;
 END $$;
 """

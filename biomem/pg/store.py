@@ -37,7 +37,7 @@ class PostgresStore(PgNoteRows, SealedTemplates):
     """The store in a PostgreSQL database (pgvector >= 0.8); every public method is one transaction.
 
     url: postgresql://user[:password]@host[:port]/db (or with ?host=/socket/dir). The user must own
-    the `biomem` schema to create or upgrade it, or be a member of `biomem_app` once it is there.
+    the `biomem` schema to create or upgrade it, and may act as `biomem_app` (PostgreSQL 16+).
     key, settings: the template key, as for the SQLite store.
     pool_size: most connections this process holds.
     """
@@ -70,12 +70,8 @@ class PostgresStore(PgNoteRows, SealedTemplates):
     # connections
     @staticmethod
     def _configure(conn: psycopg.Connection) -> None:
-        """A pooled connection acts as the RLS-bound role, with pgvector's types."""
-        try:
-            conn.execute(f"SET ROLE {APP_ROLE}")
-        except psycopg.errors.InsufficientPrivilege as exc:
-            raise StoreCorruptError(f"the database user may not act as {APP_ROLE}: "
-                                    f"GRANT {APP_ROLE} TO <user> (see README, PostgreSQL)") from exc
+        """A pooled connection acts as the RLS-bound role (membership checked at open), with pgvector's types."""
+        conn.execute(f"SET ROLE {APP_ROLE}")
         conn.execute("SET search_path = biomem, public")
         register_vector(conn)
         conn.commit()
@@ -90,6 +86,7 @@ class PostgresStore(PgNoteRows, SealedTemplates):
     def _migrate(self) -> None:
         """Create the schema or bring it to SCHEMA_VERSION, one transaction under an advisory lock."""
         with self.owner_connection() as conn:
+            self._check_member(conn)
             version = self._version(conn)
             if version == SCHEMA_VERSION:
                 return
@@ -106,6 +103,16 @@ class PostgresStore(PgNoteRows, SealedTemplates):
                 conn.execute("INSERT INTO biomem.meta VALUES ('store_id', %s)", [secrets.token_hex(16)])
             conn.execute("INSERT INTO biomem.meta VALUES ('schema_version', %s) ON CONFLICT (key) "
                          "DO UPDATE SET value = excluded.value", [str(SCHEMA_VERSION)])
+            self._check_member(conn)
+
+    @staticmethod
+    def _check_member(conn: psycopg.Connection) -> None:
+        """StoreCorruptError unless the URL's user may act as the engine's role (once that role exists)."""
+        member = conn.execute("SELECT pg_has_role(current_user, oid, 'SET') FROM pg_roles WHERE rolname = %s",
+                              [APP_ROLE]).fetchone()
+        if member is not None and not member[0]:
+            raise StoreCorruptError(f"the database user may not act as {APP_ROLE}: GRANT {APP_ROLE} TO <user> "
+                                    "(README, Storage)")
 
     @staticmethod
     def _version(conn: psycopg.Connection) -> int:
