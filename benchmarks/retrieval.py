@@ -22,6 +22,17 @@ the engine embedded (`biomem.agent.embedding_text` of the stored notes) and the 
 with the engine's batch size, paired chunk by chunk in rotating order; the median of the
 rounds is kept.
 
+With `--store postgresql` (ingest skipped unless --ingest) every rung is also built in an embedded
+PostgreSQL 18 + pgvector (benchmarks/pg_retrieval.py: identities through the store's add_identity,
+notes and their history rows by binary COPY, one HNSW build, VACUUM ANALYZE) and searched in the
+same interleaved loop in the same two configurations (pg_exact, pg_hnsw: pgvector HNSW over all
+notes filtered by owner, iterative scan), with each build step timed and the PostgreSQL / SQLite
+ratios; then two engine processes share the largest rung's database, each searching while the
+other adds through BioMemory.add. JSON: benchmarks/results/retrieval_postgresql.json.
+
+    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/retrieval.py --store postgresql \
+        --ladder 10000:100,100000:1000,1000000:10000      # ~22 min, 14 of them the 1M HNSW build
+
 Prints markdown tables (with targets and pass/fail) and writes every number and the
 machine's description to benchmarks/results/retrieval.json (or --out).
 """
@@ -75,6 +86,7 @@ TARGET_P50_MS = 3.0
 TARGET_SPEEDUP = 30.0
 TARGET_RECALL = 1.0
 TARGET_INGEST_RATIO = 1.25
+TARGET_PG_RATIO = 5.0
 
 
 def log(message: str) -> None:
@@ -152,7 +164,7 @@ class SyntheticStore:
 
         t0 = time.perf_counter()
         start = datetime(2023, 1, 1)
-        stamps = [(start + timedelta(minutes=k)).isoformat() for k in range(int(counts.max()))]
+        self.stamps = [(start + timedelta(minutes=k)).isoformat() for k in range(int(counts.max()))]
         store = Store(path)
         tx_notes = 0
         tx = store.transaction()
@@ -164,13 +176,7 @@ class SyntheticStore:
                 self.embeddings[s:s + c] = vectors
                 identity = store.add_identity(f"person-{j:05d}", MODALITY, self.templates[j:j + 1])
                 self.owner_ids[j] = identity.id
-                notes = [{"content": f"Synthetic memory {k} of person {j}: benchmark filler text.",
-                          "timestamp": stamps[k],
-                          "keywords": ["synthetic", "benchmark", "memory"],
-                          "tags": ["test", "filler", "note"],
-                          "context": "A synthetic note for the retrieval benchmark."}
-                         for k in range(c)]
-                ids, _ = store.insert_notes(identity.id, notes, vectors)
+                ids, _ = store.insert_notes(identity.id, self.notes_for(j), vectors)
                 self.note_ids[s:s + c] = ids
                 tx_notes += c
                 if tx_notes >= 100_000:
@@ -187,15 +193,25 @@ class SyntheticStore:
         # b_i of the paper: the owner's template copied onto every note (N x 128)
         self.note_biometrics = np.repeat(self.templates, counts, axis=0)
 
+    def notes_for(self, j: int) -> list[dict[str, Any]]:
+        """The note fields of identity j's notes, oldest first (what insert_notes is given)."""
+        return [{"content": f"Synthetic memory {k} of person {j}: benchmark filler text.",
+                 "timestamp": self.stamps[k],
+                 "keywords": ["synthetic", "benchmark", "memory"],
+                 "tags": ["test", "filler", "note"],
+                 "context": "A synthetic note for the retrieval benchmark."}
+                for k in range(int(self.counts[j]))]
+
     def owner_slice(self, j: int) -> slice:
         return slice(int(self.starts[j]), int(self.starts[j] + self.counts[j]))
 
-    def exact_top(self, j: int, query: np.ndarray, k: int) -> set[int]:
-        """Brute-force top-k note ids within owner j's notes."""
+    def exact_top(self, j: int, query: np.ndarray, k: int, note_ids: np.ndarray | None = None) -> set[int]:
+        """Brute-force top-k note ids within owner j's notes (ids of this store, or `note_ids`: another
+        store's ids of the same rows)."""
         sl = self.owner_slice(j)
         scores = self.embeddings[sl] @ query
         top = np.argsort(-scores, kind="stable")[:k]
-        return set(self.note_ids[sl][top].tolist())
+        return set((self.note_ids if note_ids is None else note_ids)[sl][top].tolist())
 
     def baseline_search(self, probe: np.ndarray, query: np.ndarray, tau: float, k: int) -> list[int]:
         """Paper-faithful: N biometric cosines, pool = cos >= tau, exact top-k in the pool."""
@@ -211,7 +227,11 @@ class SyntheticStore:
 
 
 def run_rung(n_notes: int, n_ids: int, *, encoder: TextEncoder, queries: int, seed: int,
-             workdir: Path, keep: bool, profile: bool, hnsw_ef: int | None) -> dict[str, Any]:
+             workdir: Path, keep: bool, profile: bool, hnsw_ef: int | None,
+             pg: Any = None, concurrency_adds: int = 0) -> dict[str, Any]:
+    """One rung: SQLite (exact, hnsw) against the paper baseline, plus PostgreSQL (pg_exact, pg_hnsw)
+    on the same notes when `pg` (a pg_retrieval.Server) is given; with `concurrency_adds`, then two
+    engine processes on the PostgreSQL database, each searching while the other adds."""
     rung_dir = Path(tempfile.mkdtemp(prefix=f"biomem-bench-{n_notes}-{n_ids}-", dir=workdir))
     db = rung_dir / "bench.db"
     per_owner = n_notes // n_ids
@@ -221,23 +241,41 @@ def run_rung(n_notes: int, n_ids: int, *, encoder: TextEncoder, queries: int, se
     data = SyntheticStore(db, n_notes, n_ids, seed)
     rss_built = rss_mb()
     log(f"  built in {data.build_s:.1f} s ({n_notes / data.build_s:,.0f} notes/s), DB {dir_mb(db):,.0f} MB")
+    pg_load: dict[str, Any] = {}
+    if pg is not None:
+        from pg_retrieval import bulk_load
+        pg_db = f"bench_{n_notes}_{n_ids}"
+        pg_url = pg.database(pg_db)
+        pg_load = bulk_load(pg_url, data, dim=TEXT_DIM, modality=MODALITY)
+        log(f"  PostgreSQL built in {pg_load['build_s']:.1f} s: identities {pg_load['identities_s']:.1f} s, "
+            f"COPY {pg_load['copy_s']:.1f} s, HNSW index {pg_load['hnsw_index_s']:.1f} s, "
+            f"VACUUM ANALYZE {pg_load['vacuum_analyze_s']:.1f} s; {pg.database_mb(pg_db):,.0f} MB")
 
     rng = np.random.default_rng(seed + 1)
     owners = rng.integers(0, n_ids, size=queries)
     query_vecs = unit_rows(rng, queries, TEXT_DIM)
     probe_cos = rng.uniform(0.97, 0.995, size=queries)  # genuine captures score >= 0.97 (DESIGN)
     probes = np.stack([noisy_copy(rng, data.templates[j], c) for j, c in zip(owners, probe_cos)])
-    truth = [data.exact_top(int(j), q, K) for j, q in zip(owners, query_vecs)]
+    truth = {"sqlite": [data.exact_top(int(j), q, K) for j, q in zip(owners, query_vecs)]}
 
     modes = {"exact": max(20_000, per_owner + 1), "hnsw": 1}
+    where: dict[str, Any] = {"exact": db, "hnsw": db}
+    store_of = {"exact": "sqlite", "hnsw": "sqlite"}
+    owner_ids = {"sqlite": data.owner_ids}
+    if pg is not None:  # the same two configurations on PostgreSQL
+        modes.update(pg_exact=modes["exact"], pg_hnsw=1)
+        where.update(pg_exact=pg_url, pg_hnsw=pg_url)
+        store_of.update(pg_exact="postgresql", pg_hnsw="postgresql")
+        owner_ids["postgresql"] = pg_load["owner_ids"]
+        truth["postgresql"] = [data.exact_top(int(j), q, K, pg_load["note_ids"]) for j, q in zip(owners, query_vecs)]
     mems: dict[str, BioMemory] = {}
     out_modes: dict[str, Any] = {}
     rss_before_open = rss_mark = rss_mb()
     for mode, threshold in modes.items():
-        mems[mode] = BioMemory(db, text_model=encoder, llm="offline", hnsw_threshold=threshold)
+        mems[mode] = BioMemory(where[mode], text_model=encoder, llm="offline", hnsw_threshold=threshold)
         if hnsw_ef is not None:
             mems[mode].partitions.ef_search = hnsw_ef
-    log(f"  opened the engine twice: RSS +{rss_mb() - rss_mark:.0f} MB")
+    log(f"  opened the engine {len(mems)} times: RSS +{rss_mb() - rss_mark:.0f} MB")
     rss_mark = rss_mb()
     tau = mems["exact"].threshold(MODALITY)
     gated_total = {m: n_notes - data.counts for m in modes}  # expected gated_out per owner
@@ -252,7 +290,7 @@ def run_rung(n_notes: int, n_ids: int, *, encoder: TextEncoder, queries: int, se
             mem.search(q, probe=Probe(probe, MODALITY), k=K)
             cold.append((time.perf_counter_ns() - t0) / 1e6)
         rss_now = rss_mb()
-        out_modes[mode] = {"hnsw_threshold": threshold, "cold_first_search": percentiles(cold),
+        out_modes[mode] = {"hnsw_threshold": modes[mode], "cold_first_search": percentiles(cold),
                            "owners_loaded": len(cold), "rss_delta_mb": rss_now - rss_mark}
         rss_mark = rss_now
         log(f"  {mode}: warmed {len(cold)} owners, cold p50 {np.median(cold):.2f} ms, "
@@ -262,7 +300,7 @@ def run_rung(n_notes: int, n_ids: int, *, encoder: TextEncoder, queries: int, se
         data.baseline_search(probes[0], query_vecs[0], tau, K)
 
     # timed loop, interleaved in rotating order to cancel drift
-    names = ["exact", "hnsw", "baseline"]
+    names = [*modes, "baseline"]
     times: dict[str, list[float]] = {n: [] for n in names}
     recall: dict[str, list[float]] = {n: [] for n in names}
     gate_ok = {m: 0 for m in modes}
@@ -271,7 +309,8 @@ def run_rung(n_notes: int, n_ids: int, *, encoder: TextEncoder, queries: int, se
     for i in range(queries):
         j = int(owners[i])
         q, p = query_vecs[i], probes[i]
-        for name in names[i % 3:] + names[: i % 3]:
+        turn = i % len(names)
+        for name in names[turn:] + names[:turn]:
             if name == "baseline":
                 t0 = time.perf_counter_ns()
                 ids = data.baseline_search(p, q, tau, K)
@@ -281,17 +320,18 @@ def run_rung(n_notes: int, n_ids: int, *, encoder: TextEncoder, queries: int, se
                 result = mems[name].search(q, probe=Probe(p, MODALITY), k=K)
                 times[name].append((time.perf_counter_ns() - t0) / 1e6)
                 ids = [n.id for n, _ in result.notes]
-                gate_ok[name] += result.gate.identity == int(data.owner_ids[j])
+                gate_ok[name] += result.gate.identity == int(owner_ids[store_of[name]][j])
                 gated_out_ok[name] += result.gated_out == int(gated_total[name][j])
-            recall[name].append(len(truth[i] & set(ids)) / K)
+            recall[name].append(len(truth[store_of.get(name, "sqlite")][i] & set(ids)) / K)
 
     # the same exact searches back to back: caches stay warm (no 2 GB baseline scan between them)
-    warm = []
-    for i in range(queries):
-        t0 = time.perf_counter_ns()
-        mems["exact"].search(query_vecs[i], probe=Probe(probes[i], MODALITY), k=K)
-        warm.append((time.perf_counter_ns() - t0) / 1e6)
-    out_modes["exact_back_to_back"] = percentiles(warm)
+    for mode in ("exact", "pg_exact") if pg is not None else ("exact",):
+        warm = []
+        for i in range(queries):
+            t0 = time.perf_counter_ns()
+            mems[mode].search(query_vecs[i], probe=Probe(probes[i], MODALITY), k=K)
+            warm.append((time.perf_counter_ns() - t0) / 1e6)
+        out_modes[f"{mode}_back_to_back"] = percentiles(warm)
 
     for name in names:
         entry = out_modes.setdefault(name, {})
@@ -302,11 +342,17 @@ def run_rung(n_notes: int, n_ids: int, *, encoder: TextEncoder, queries: int, se
             entry["gate_correct"] = gate_ok[name] / queries
             entry["gated_out_correct"] = gated_out_ok[name] / queries
     out_modes["hnsw"]["ef_search"] = mems["hnsw"].partitions.ef_search
+    if pg is not None:
+        out_modes["pg_hnsw"]["ef_search"] = mems["pg_hnsw"].partitions.ef_search
+        out_modes["pg_hnsw"]["plan"] = mems["pg_hnsw"].partitions.explain(
+            int(owner_ids["postgresql"][int(owners[0])]), query_vecs[0], K)
+        out_modes["pg_exact"]["plan"] = mems["pg_exact"].partitions.explain(
+            int(owner_ids["postgresql"][int(owners[0])]), query_vecs[0], K)
     out_modes["baseline"]["tau"] = tau
     out_modes["baseline"]["matrix_mb"] = (data.embeddings.nbytes + data.note_biometrics.nbytes) / 1e6
 
     profiles = {}
-    for mode in modes if profile else ():
+    for mode in ("exact", "hnsw") if profile else ():
         prof = cProfile.Profile()
         mem = mems[mode]
         prof.enable()
@@ -336,6 +382,23 @@ def run_rung(n_notes: int, n_ids: int, *, encoder: TextEncoder, queries: int, se
     }
     if profiles:
         result["profiles"] = profiles
+    if pg is not None:
+        result["postgresql"] = postgres_summary(out_modes, pg_load, pg.database_mb(pg_db), data.build_s)
+        log(f"  PostgreSQL exact p50 {out_modes['pg_exact']['p50_ms']:.3f} ms "
+            f"({result['postgresql']['ratio']['exact_p50']:.2f}x SQLite), hnsw p50 "
+            f"{out_modes['pg_hnsw']['p50_ms']:.3f} ms, recall exact {out_modes['pg_exact']['recall_at_10']:.3f} "
+            f"/ hnsw {out_modes['pg_hnsw']['recall_at_10']:.3f}")
+        if concurrency_adds:
+            from pg_retrieval import concurrency
+            log(f"  concurrency: two engine processes on {pg_db}, {concurrency_adds} adds each")
+            result["postgresql"]["concurrency"] = concurrency(
+                pg_url, text_model=encoder.name, hnsw_threshold=modes["pg_exact"],
+                owners=owner_ids["postgresql"], templates=data.templates, modality=MODALITY,
+                adds=concurrency_adds, seed=seed + 7)
+            c = result["postgresql"]["concurrency"]
+            log(f"  concurrency: search p50/p95 {fmt_ms(c['search_while_other_adds'])} ms while the other adds "
+                f"(quiet {fmt_ms(c['search_quiet'])}), {c['adds_per_s']:.1f} adds/s, all visible "
+                f"{c['all_adds_visible_to_other']}, wrong-owner notes {c['wrong_owner_notes']}")
     log(f"  exact p50 {out_modes['exact']['p50_ms']:.3f} ms, hnsw p50 {out_modes['hnsw']['p50_ms']:.3f} ms, "
         f"baseline p50 {out_modes['baseline']['p50_ms']:.3f} ms, speed-up {result['speedup_exact']:.1f}x")
     del data, mems
@@ -344,7 +407,24 @@ def run_rung(n_notes: int, n_ids: int, *, encoder: TextEncoder, queries: int, se
         log(f"  kept {rung_dir}")
     else:
         shutil.rmtree(rung_dir, ignore_errors=True)
+        if pg is not None:
+            pg.drop(pg_db)
     return result
+
+
+def postgres_summary(modes: dict[str, Any], load: dict[str, Any], db_mb: float, sqlite_build_s: float) -> dict[str, Any]:
+    """The PostgreSQL numbers of a rung and their ratios to SQLite's (PostgreSQL / SQLite)."""
+    return {
+        "build": {k: v for k, v in load.items() if k not in ("owner_ids", "note_ids")}, "db_mb": db_mb,
+        "ratio": {"exact_p50": modes["pg_exact"]["p50_ms"] / modes["exact"]["p50_ms"],
+                  "exact_p95": modes["pg_exact"]["p95_ms"] / modes["exact"]["p95_ms"],
+                  "exact_back_to_back_p50": modes["pg_exact_back_to_back"]["p50_ms"]
+                  / modes["exact_back_to_back"]["p50_ms"],
+                  "hnsw_p50": modes["pg_hnsw"]["p50_ms"] / modes["hnsw"]["p50_ms"],
+                  "hnsw_p95": modes["pg_hnsw"]["p95_ms"] / modes["hnsw"]["p95_ms"],
+                  "build_s": load["build_s"] / sqlite_build_s,
+                  "build_without_index_s": load["build_without_index_s"] / sqlite_build_s},
+    }
 
 
 # ---- part 2: offline ingest -------------------------------------------------------------------
@@ -470,6 +550,42 @@ def report(results: dict[str, Any]) -> str:
             f"| {m['exact']['cold_first_search']['p50_ms']:.2f} / {m['hnsw']['cold_first_search']['p50_ms']:.2f} "
             f"| {m['exact']['rss_delta_mb']:.0f} / {m['hnsw']['rss_delta_mb']:.0f} "
             f"| {r['load_average_1m']['start']:.1f} |")
+    pg_rungs = [r for r in results["retrieval"] if "postgresql" in r]
+    if pg_rungs:
+        lines += ["", "## PostgreSQL + pgvector against SQLite, same notes, same run (p50 / p95 ms; ratio PostgreSQL / SQLite)",
+                  "", ("| notes / identities | gated exact SQLite | gated exact PostgreSQL | ratio p50 / p95 "
+                       "| back-to-back p50 SQLite / PostgreSQL (ratio) | recall@10 exact SQLite / PostgreSQL "
+                       "| gated hnsw SQLite | gated hnsw PostgreSQL | recall@10 hnsw SQLite / PostgreSQL "
+                       "| build s SQLite / PostgreSQL (ratio) | PostgreSQL build: identities / COPY / HNSW index / VACUUM ANALYZE s "
+                       "| DB MB SQLite / PostgreSQL |"),
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in pg_rungs:
+            m, pgr = r["modes"], r["postgresql"]
+            b, ratio = pgr["build"], pgr["ratio"]
+            lines.append(
+                f"| {r['notes']:,} / {r['identities']:,} | {fmt_ms(m['exact'])} | {fmt_ms(m['pg_exact'])} "
+                f"| {ratio['exact_p50']:.2f}x / {ratio['exact_p95']:.2f}x "
+                f"| {m['exact_back_to_back']['p50_ms']:.3f} / {m['pg_exact_back_to_back']['p50_ms']:.3f} "
+                f"({ratio['exact_back_to_back_p50']:.2f}x) "
+                f"| {m['exact']['recall_at_10']:.3f} / {m['pg_exact']['recall_at_10']:.3f} "
+                f"| {fmt_ms(m['hnsw'])} | {fmt_ms(m['pg_hnsw'])} "
+                f"| {m['hnsw']['recall_at_10']:.3f} / {m['pg_hnsw']['recall_at_10']:.3f} "
+                f"| {r['build_s']:.1f} / {b['build_s']:.1f} ({ratio['build_s']:.2f}x) "
+                f"| {b['identities_s']:.1f} / {b['copy_s']:.1f} / {b['hnsw_index_s']:.1f} / {b['vacuum_analyze_s']:.1f} "
+                f"| {r['db_mb']:,.0f} / {pgr['db_mb']:,.0f} |")
+        for r in pg_rungs:
+            c = r["postgresql"].get("concurrency")
+            if c:
+                lines += ["", f"## Two engine processes on one PostgreSQL database ({r['notes']:,} notes / "
+                          f"{r['identities']:,} identities), each searching while the other adds", "",
+                          "| search p50 / p95 ms, alone | search p50 / p95 ms, other process adding | searches "
+                          "| adds/s (BioMemory.add, offline LLM) | adds visible to the other process (by id / by search) "
+                          "| wrong-owner notes | wrong gate |", "|---:|---:|---:|---:|---:|---:|---:|",
+                          f"| {fmt_ms(c['search_quiet'])} | {fmt_ms(c['search_while_other_adds'])} "
+                          f"| {c['search_while_other_adds']['n']} | {c['adds_per_s']:.1f} "
+                          f"| {sum(x['seen_by_id'] for x in c['checks'].values())} / "
+                          f"{sum(x['seen_by_search'] for x in c['checks'].values())} of {2 * c['adds_per_process']} "
+                          f"| {c['wrong_owner_notes']} | {c['wrong_gate']} |"]
     ing = results.get("ingest")
     if ing:
         nps = ing["notes_per_s"]
@@ -512,9 +628,31 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                     "measured": f"{worst_h['modes']['hnsw']['recall_at_10']:.4f} (worst: "
                                 f"{worst_h['notes_per_owner']:,} notes/owner)",
                     "pass": worst_h["modes"]["hnsw"]["recall_at_10"] >= TARGET_RECALL})
-        gate = min(min(r["modes"][m]["gate_correct"] for m in ("exact", "hnsw")) for r in rungs)
+        gate = min(min(v["gate_correct"] for v in r["modes"].values() if "gate_correct" in v) for r in rungs)
         out.append({"target": "gate admits the probe's owner (every query)", "measured": f"{gate:.3f}",
                     "pass": gate == 1.0})
+    pg_rungs = [r for r in rungs if "postgresql" in r]
+    if pg_rungs:
+        top = max(pg_rungs, key=lambda r: (r["notes"], r["identities"]))
+        at_scale = top["notes"] >= 1_000_000
+        ratio = top["postgresql"]["ratio"]["exact_p50"]
+        out.append({"target": f"PostgreSQL gated p50 within {TARGET_PG_RATIO:g}x of SQLite's at 1M notes",
+                    "measured": f"{ratio:.2f}x ({top['modes']['pg_exact']['p50_ms']:.3f} vs "
+                                f"{top['modes']['exact']['p50_ms']:.3f} ms) at {top['notes']:,} notes / "
+                                f"{top['identities']:,} ids",
+                    "pass": ratio <= TARGET_PG_RATIO if at_scale else None})
+        worst = min(r["modes"]["pg_exact"]["recall_at_10"] for r in pg_rungs)
+        out.append({"target": "PostgreSQL recall@10 = 1.0, exact partitions (every rung)", "measured": f"{worst:.3f}",
+                    "pass": worst >= TARGET_RECALL})
+        for r in pg_rungs:
+            c = r["postgresql"].get("concurrency")
+            if c:
+                out.append({"target": "two processes: every add visible to the other, no other owner's note",
+                            "measured": f"visible {c['all_adds_visible_to_other']}, found by search "
+                                        f"{c['all_adds_found_by_other_search']}, wrong-owner notes "
+                                        f"{c['wrong_owner_notes']}, wrong gate {c['wrong_gate']}",
+                            "pass": c["all_adds_visible_to_other"] and c["wrong_owner_notes"] == 0
+                            and c["wrong_gate"] == 0})
     ing = results.get("ingest")
     if ing:
         ratio = ing["ratio_engine_vs_bare_embedded"]
@@ -557,8 +695,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=None, help="where temporary stores go (default: $TMPDIR)")
     ap.add_argument("--keep", action="store_true", help="keep the synthetic stores")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "retrieval.json")
+    ap.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite",
+                    help="postgresql: also build every rung in an embedded PostgreSQL 18 + pgvector and search "
+                         "it in the same run, then two engine processes on the largest rung's database "
+                         "(JSON: results/retrieval_postgresql.json; the ingest part is skipped unless --ingest)")
+    ap.add_argument("--ingest", action="store_true", help="with --store postgresql: run the ingest part too")
+    ap.add_argument("--concurrency-adds", type=int, default=100,
+                    help="adds per process in the two-process PostgreSQL part (0: skip it)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="JSON path (default results/retrieval.json, or results/retrieval_postgresql.json)")
     args = ap.parse_args(argv)
+    postgres = args.store == "postgresql"
+    if args.out is None:
+        args.out = ROOT / "benchmarks" / "results" / ("retrieval_postgresql.json" if postgres else "retrieval.json")
+    if postgres and not args.ingest:
+        args.skip_ingest = True
 
     ladder = parse_ladder(args.ladder or (QUICK_LADDER if args.quick else FULL_LADDER))
     queries = args.queries or (100 if args.quick else 200)
@@ -585,11 +736,26 @@ def main(argv: list[str] | None = None) -> int:
                    "quick": args.quick, "text_encoder_load_s": load_s, "blas_threads": args.blas_threads},
         "retrieval": [], "ingest": None,
     }
-    if not args.skip_search:
-        for n_notes, n_ids in ladder:
-            results["retrieval"].append(run_rung(n_notes, n_ids, encoder=encoder, queries=queries,
-                                                 seed=args.seed, workdir=workdir, keep=args.keep,
-                                                 profile=args.profile, hnsw_ef=args.hnsw_ef))
+    server = None
+    if postgres and not args.skip_search:
+        from pg_retrieval import Server
+        server = Server(Path(tempfile.mkdtemp(prefix="biomem-bench-pg-", dir=workdir)))
+        results["config"]["store"] = "postgresql"
+        results["config"]["postgresql"] = {"version": server.version, "server_settings": server.settings}
+        log(f"PostgreSQL started in {server.folder}: {server.version.split(' on ')[0]}, {server.settings}")
+    top_rung = max(ladder)
+    try:
+        if not args.skip_search:
+            for n_notes, n_ids in ladder:
+                results["retrieval"].append(run_rung(
+                    n_notes, n_ids, encoder=encoder, queries=queries, seed=args.seed, workdir=workdir,
+                    keep=args.keep, profile=args.profile, hnsw_ef=args.hnsw_ef, pg=server,
+                    concurrency_adds=args.concurrency_adds if (n_notes, n_ids) == top_rung else 0))
+                if server is not None and "pgvector" not in results["config"]["postgresql"]:
+                    results["config"]["postgresql"]["pgvector"] = results["retrieval"][-1]["postgresql"]["build"].get("pgvector")
+    finally:
+        if server is not None:
+            server.close()
     if not args.skip_ingest:
         results["ingest"] = run_ingest(encoder, conversations=args.ingest_conversations, limit=ingest_limit,
                                        rounds=rounds, workdir=workdir, seed=args.seed)
