@@ -173,7 +173,8 @@ class Settings:
     db: str = _setting(
         ("BIOMEM_DB",), "the store: an SQLite file (its derived indexes in `<db>.index/`) or a "
         "`postgresql://` URL (see Storage)", "`biomem.db`",
-        (CLI, APP), lambda env: _raw(env, "BIOMEM_DB") or "biomem.db", argument="`BioMemory(path)`, `--db`")
+        (CLI, APP), lambda env: _raw(env, "BIOMEM_DB") or "biomem.db", argument="`BioMemory(path)`, `--db`",
+        secret=True)  # a PostgreSQL URL may carry a password
     encoder: str | None = _setting(
         ("BIOMEM_ENCODER",), "biometric encoder of a new store (stored in it when created)",
         "`face-arcface-s`", EVERYWHERE, lambda env: _raw(env, "BIOMEM_ENCODER"),
