@@ -41,7 +41,7 @@ DEFAULT_ENCODER = "face-arcface-s"  # the paper's face encoder (ArcFace, insight
 
 
 class BioMemory(Biometrics):
-    """Identity-gated agentic memory over one SQLite file.
+    """Identity-gated agentic memory over one store: an SQLite file or a PostgreSQL database.
 
     path: the database: an SQLite file (derived indexes in `<path>.index/`; also `sqlite:///path`) or a
         `postgresql://` URL (biomem.pg: search in the database, row-level security per owner).
