@@ -184,15 +184,14 @@ class ArcFaceEncoder(Encoder):
     def encode(self, image: Any) -> np.ndarray:
         """Embed the single face in `image`; NoFaceError or MultipleFacesError otherwise."""
         bgr = _bgr(image)
-        with self._lock:
+        with self._lock:  # only the detector: the crop and the recogniser's session run side by side
             boxes, keypoints = self._detector.detect(bgr, input_size=detector_input(bgr.shape))
-            if len(boxes) == 0:
-                raise NoFaceError("no face found in the image: face the camera in good light")
-            if len(boxes) > 1:
-                raise MultipleFacesError(f"{len(boxes)} faces found in the image; exactly one person must be in view")
-            crop = self._norm_crop(bgr, landmark=keypoints[0], image_size=112)
-            embedding = self._recogniser.get_feat(crop)
-        return l2_normalise(embedding)
+        if len(boxes) == 0:
+            raise NoFaceError("no face found in the image: face the camera in good light")
+        if len(boxes) > 1:
+            raise MultipleFacesError(f"{len(boxes)} faces found in the image; exactly one person must be in view")
+        crop = self._norm_crop(bgr, landmark=keypoints[0], image_size=112)
+        return l2_normalise(self._recogniser.get_feat(crop))
 
     def detect(self, image: Any) -> list[Box]:
         """Boxes of every face found, in the input image's pixel coordinates."""

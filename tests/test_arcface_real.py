@@ -149,3 +149,14 @@ def test_biomem_samples_then_calibrate_reproduces_the_shipped_tau(tmp_path, arcf
     assert abs(report.intersection.tau - arcface.info.default_threshold) < 0.05
     shipped = arcface.info.default_threshold
     assert (report.impostor_scores >= shipped).sum() == 0 and (report.genuine_scores < shipped).sum() == 0
+
+
+def test_captures_encoded_from_several_threads_at_once_get_the_sequential_embeddings(arcface, capture):
+    """Only the detector is serialised (its anchor cache); crops and recognition run side by side."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    images = [capture(person, n) for person in range(3) for n in range(4)]
+    alone = [arcface.encode(image) for image in images]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(arcface.encode, images * 3))
+    assert all(np.allclose(a, b, atol=1e-6) for a, b in zip(alone * 3, together))
