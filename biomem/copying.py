@@ -9,6 +9,7 @@ checksum of every row are read back from both stores and compared; any differenc
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +28,14 @@ class TableCheck:
     checksum: str
 
 
+def copied_rows(store: MemoryStore, table: str) -> Iterator[tuple]:
+    """The rows of `table` a copy carries: all of them, but the meta rows each store keeps by itself."""
+    return (row for row in store.export_rows(table) if table != "meta" or row[0] not in OWN_META)
+
+
 def table_checksum(store: MemoryStore, table: str) -> tuple[int, str]:
-    """(rows, SHA-256 over every row) of one table, independent of the order rows come in."""
-    digests = sorted(hashlib.sha256(repr(_canonical(row)).encode()).digest() for row in store.export_rows(table)
-                     if table != "meta" or row[0] not in OWN_META)
+    """(rows, SHA-256 over every copied row) of one table, independent of the order rows come in."""
+    digests = sorted(hashlib.sha256(repr(_canonical(row)).encode()).digest() for row in copied_rows(store, table))
     return len(digests), hashlib.sha256(b"".join(digests)).hexdigest()
 
 
@@ -53,7 +58,7 @@ def copy_store(source: str | Path, target: str | Path, *, key: bytes | None = No
         if dim is not None:  # PostgreSQL types its embedding column for this dimension
             new.search_index(int(dim))
         for table in TABLES:
-            new.import_rows(table, old.export_rows(table))
+            new.import_rows(table, copied_rows(old, table))
             if table in COUNTED:
                 new.set_id_floor(table, old.id_floor(table))
         checks = []

@@ -36,7 +36,7 @@ from .records import Identity, Note, check_id, from_blob, now_iso, to_blob
 from .schema import SCHEMA, SCHEMA_VERSION, statements
 from .sealing import Sealer
 from .settings import Settings
-from .storage import COLUMNS, KEYS, OWN_META, SealedTemplates, SearchIndex
+from .storage import COLUMNS, KEYS, SealedTemplates, SearchIndex
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "Identity", "Note", "Store", "check_id", "from_blob", "now_iso", "to_blob"]
 
@@ -328,15 +328,13 @@ class Store(NoteRows, SealedTemplates):
             rows = self.db.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {KEYS[table]}").fetchall()
         yield from rows
 
-    def import_rows(self, table: str, rows: Iterable[tuple]) -> int:
-        """Insert exported rows as they are (ids kept; meta replaces all but OWN_META); returns the count."""
+    def import_rows(self, table: str, rows: Iterable[tuple]) -> None:
+        """Insert exported rows as they are (ids kept; a meta row replaces this store's own)."""
         columns = COLUMNS[table]
-        rows = [r for r in rows if table != "meta" or r[0] not in OWN_META]
         conflict = " ON CONFLICT(key) DO UPDATE SET value = excluded.value" if table == "meta" else ""
         with self.transaction() as db:
             db.conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
                                 f"({', '.join('?' * len(columns))}){conflict}", rows)
-        return len(rows)
 
     def id_floor(self, table: str) -> int:
         """The highest id `table` ever gave (a deleted row's id included): never given again."""

@@ -9,7 +9,6 @@ process sees the others' writes on its next query.
 
 from __future__ import annotations
 
-import logging
 import secrets
 import threading
 from collections.abc import Iterable, Iterator
@@ -25,11 +24,11 @@ from ..errors import DuplicateLabelError, StoreCorruptError, UnknownIdentityErro
 from ..records import Identity, check_id, now_iso
 from ..sealing import Sealer
 from ..settings import Settings
-from ..storage import COLUMNS, KEYS, OWN_META, SealedTemplates, SearchIndex, without_password
+from ..storage import COLUMNS, KEYS, SealedTemplates, SearchIndex, without_password
 from .note_rows import PgNoteRows, as_array
-from .schema import APP_ROLE, MIGRATIONS, SCHEMA_VERSION, TABLES_WITH_OWNERS
+from .schema import APP_ROLE, MIGRATIONS, SCHEMA_VERSION
 
-log = logging.getLogger(__name__)
+# pgvector's defaults (m 16, ef_construction 64); built only when an hnsw_threshold asks for it
 VECTOR_INDEX = "CREATE INDEX notes_hnsw ON notes USING hnsw (embedding vector_ip_ops)"
 
 
@@ -330,15 +329,15 @@ class PostgresStore(PgNoteRows, SealedTemplates):
             for row in conn.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {KEYS[table]}"):
                 yield tuple(_portable(column, value) for column, value in zip(columns, row))
 
-    def import_rows(self, table: str, rows: Iterable[tuple]) -> int:
+    def import_rows(self, table: str, rows: Iterable[tuple]) -> None:
+        """Insert exported rows as they are (ids kept; a meta row replaces this store's own), by COPY."""
         columns = COLUMNS[table]
-        rows = [r for r in rows if table != "meta" or r[0] not in OWN_META]
-        conflict = " ON CONFLICT (key) DO UPDATE SET value = excluded.value" if table == "meta" else ""
         with self.owner_connection() as conn:
             register_vector(conn)
             if table == "meta":  # the store's own rows are there already: upsert
-                conn.cursor().executemany(f"INSERT INTO meta ({', '.join(columns)}) VALUES (%s, %s){conflict}", rows)
-                return len(rows)
+                conn.cursor().executemany("INSERT INTO meta (key, value) VALUES (%s, %s) "
+                                          "ON CONFLICT (key) DO UPDATE SET value = excluded.value", rows)
+                return
             # notes: one HNSW build over the copied rows, not one graph insertion per row
             indexed = table == "notes" and conn.execute("SELECT to_regclass('biomem.notes_hnsw')").fetchone()[0]
             if indexed:
@@ -349,7 +348,6 @@ class PostgresStore(PgNoteRows, SealedTemplates):
             if indexed:
                 conn.execute("SET LOCAL maintenance_work_mem = '1GB'")
                 conn.execute(VECTOR_INDEX)
-        return len(rows)
 
     def id_floor(self, table: str) -> int:
         """The highest id `table` ever gave (a deleted row's id included): never given again."""
@@ -380,6 +378,3 @@ def _native(table: str, column: str, value: Any) -> Any:
     if column == "sample":
         return bool(value)
     return value
-
-
-__all__ = ["PostgresStore", "TABLES_WITH_OWNERS"]
