@@ -69,13 +69,14 @@ class OnnxSentenceForward:
 
 def fingerprint(model: Any) -> str:
     """A digest of the transformer's config and weights and the exporter's version: a changed model
-    or torch gets a new export, never a stale one."""
+    or torch gets a new export, never a stale one. Where the model was loaded from is left out, so the
+    same weights in another folder or Hub cache reuse the export instead of adding 90 MB each."""
     import torch
 
     transformer = model[0].auto_model
+    config = {key: value for key, value in transformer.config.to_dict().items() if key != "_name_or_path"}
     digest = hashlib.blake2b(digest_size=16)
-    digest.update(json.dumps([torch.__version__, OPSET, transformer.config.to_dict()], sort_keys=True,
-                             default=str).encode())
+    digest.update(json.dumps([torch.__version__, OPSET, config], sort_keys=True, default=str).encode())
     for name, tensor in transformer.state_dict().items():
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())

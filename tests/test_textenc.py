@@ -7,6 +7,7 @@ import pytest
 
 from biomem.errors import ModelUnavailableError
 from biomem.textenc import TextEncoder, shipped_minilm_dir
+from biomem.textonnx import fingerprint
 
 
 def test_default_encoder_is_all_minilm_and_unit_norm(text_encoder):
@@ -27,8 +28,12 @@ def test_local_folder_and_hand_made_hub_cache_give_the_same_vectors(tmp_path, te
     (repo_dir / "refs").mkdir()
     (repo_dir / "refs" / "main").write_text(commit)
 
-    from_folder = TextEncoder(str(local))
-    from_cache = TextEncoder("hf-hub:acme/minilm-copy", cache_dir=tmp_path / "hub")
+    exports = tmp_path / "onnx"
+    from_folder = TextEncoder(str(local), onnx_cache=exports)
+    from_cache = TextEncoder("hf-hub:acme/minilm-copy", cache_dir=tmp_path / "hub", onnx_cache=exports)
+    assert from_folder.onnx is not None and from_cache.onnx is not None
+    # The same weights from two places: one export, under the shipped model's own fingerprint.
+    assert [p.name for p in exports.iterdir()] == [f"{fingerprint(text_encoder.model)}.onnx"]
     reference = text_encoder.encode(["the same sentence"])
     assert np.allclose(from_folder.encode(["the same sentence"]), reference, atol=1e-5)
     assert np.allclose(from_cache.encode(["the same sentence"]), reference, atol=1e-5)
