@@ -1,6 +1,6 @@
 """`biomem serve` under load: 1, 8 and 32 concurrent clients asking, searching and adding with face probes.
 
-    python benchmarks/service.py                    # 100 identities x 100 notes, 240 requests per level
+    python benchmarks/service.py                    # 100 identities x 100 notes, 600 requests per level
     python benchmarks/service.py --requests 60      # a quick look
 
 The store: 100 identities with 100 notes each. 16 of them are real people (`biomem.samples`'
@@ -24,8 +24,13 @@ The bound: the same probes encoded back to back by face-arcface-s on 2 threads i
 (the server idle), i.e. what the CPU-bound probe encoder allows on this machine. A second
 reference: each probe encoded together with a question (all-MiniLM-L6-v2), back to back on 2
 threads: the CPU every ask and search needs before any gate, store, LLM or HTTP work. The target is a
-service throughput of at least 80% of it at 32 clients, with zero errors and zero wrong-owner notes.
-Prints a markdown table and writes JSON (default benchmarks/results/service.json).
+service throughput of at least 80% of the bound at 32 clients, with zero errors and zero wrong-owner notes.
+
+Where the CPU went, per level: the server's CPU per request (user + system, from /proc) and the
+load generator's own (this process: httpx, asyncio), which runs on the same 2 cores. From them, the
+ceiling: the throughput if the cores did nothing but each request's probe and question encodings
+and the generator's work, i.e. no HTTP, gate, store or answer at all. Prints a markdown table and
+writes JSON (default benchmarks/results/service.json).
 """
 
 from __future__ import annotations
@@ -158,13 +163,13 @@ def start_server(db: Path, port: int) -> subprocess.Popen:
     raise RuntimeError("biomem serve did not answer /v1/health in 180 s")
 
 
-async def one(client: httpx.AsyncClient, kind: str, owner: int, probe: bytes, n: int) -> dict[str, Any]:
-    """One request; what it returned, for the checks."""
+async def one(client: httpx.AsyncClient, kind: str, owner: int, probe: bytes, n: int, run: str) -> dict[str, Any]:
+    """One request (the n-th of level `run`, which makes an added text unique); what it returned, for the checks."""
     files = {"probe": ("probe.jpg", probe, "image/jpeg")}
     topic = TOPICS[n % len(TOPICS)]
     route, data = {"ask": ("/v1/ask", {"question": f"What is my {topic}?"}),
                    "search": ("/v1/search", {"query": topic, "k": "10"}),
-                   "add": ("/v1/memories", {"text": f"{marker(owner)} load note {n}: my new {topic}", "infer": "false"})}[kind]
+                   "add": ("/v1/memories", {"text": f"{marker(owner)} load note {run}.{n}: my new {topic}", "infer": "false"})}[kind]
     started = time.perf_counter()
     try:
         reply = await client.post(route, data=data, files=files)
@@ -186,7 +191,7 @@ async def level(base: str, key: str, probes: dict[int, list[bytes]], clients: in
     rng = random.Random(seed)
     kinds = rng.choices([k for k, _ in MIX], weights=[w for _, w in MIX], k=requests)
     owners = list(probes)
-    plan = [(kind, owner, rng.choice(probes[owner]), n)
+    plan = [(kind, owner, rng.choice(probes[owner]), n, str(seed))
             for n, (kind, owner) in enumerate((kind, rng.choice(owners)) for kind in kinds)]
     queue: asyncio.Queue = asyncio.Queue()
     for item in plan:
@@ -203,14 +208,39 @@ async def level(base: str, key: str, probes: dict[int, list[bytes]], clients: in
     return results, time.perf_counter() - started
 
 
-def summary(clients: int, results: list[dict[str, Any]], seconds: float, bound: float) -> dict[str, Any]:
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(base: str, key: str, probes: dict[int, list[bytes]], clients: int, requests: int, seed: int,
+             server: int) -> tuple[list[dict[str, Any]], float, dict[str, float]]:
+    """level(), with the CPU the server process and this one (the load generator) used per request."""
+    server_before, generator_before = process_cpu(server), time.process_time()
+    results, seconds = asyncio.run(level(base, key, probes, clients, requests, seed))
+    cpu = {"server_cpu_ms": (process_cpu(server) - server_before) * 1000 / len(results),
+           "generator_cpu_ms": (time.process_time() - generator_before) * 1000 / len(results)}
+    return results, seconds, cpu
+
+
+def summary(clients: int, results: list[dict[str, Any]], seconds: float, bound: float, floor: float,
+            cpu: dict[str, float]) -> dict[str, Any]:
     ms = np.array([r["ms"] for r in results])
     errors = [r for r in results if r["status"] is None or not 200 <= r["status"] < 300]
     throughput = len(results) / seconds
+    cores = os.cpu_count() or 2
+    # Core-milliseconds a request needs at the least: its probe and question encodings, as fast as
+    # `floor` ran them on `cores` threads, plus the generator's own work on the same cores.
+    least_ms = cores * 1000 / floor + cpu["generator_cpu_ms"]
+    ceiling = cores * 1000 / least_ms
     return {"clients": clients, "requests": len(results), "seconds": round(seconds, 2),
             "p50_ms": round(float(np.percentile(ms, 50)), 1), "p95_ms": round(float(np.percentile(ms, 95)), 1),
             "p99_ms": round(float(np.percentile(ms, 99)), 1), "throughput_rps": round(throughput, 2),
             "vs_encoder_bound": round(throughput / bound, 3),
+            "server_cpu_ms_per_request": round(cpu["server_cpu_ms"], 1),
+            "generator_cpu_ms_per_request": round(cpu["generator_cpu_ms"], 1),
+            "ceiling_rps": round(ceiling, 1), "ceiling_vs_encoder_bound": round(ceiling / bound, 3),
             "errors": len(errors), "error_examples": [(r["kind"], r["status"], r.get("error")) for r in errors[:5]],
             "wrong_owner_notes": sum(len(r.get("wrong", [])) for r in results),
             "by_kind": {k: sum(r["kind"] == k for r in results) for k, _ in MIX}}
@@ -219,19 +249,21 @@ def summary(clients: int, results: list[dict[str, Any]], seconds: float, bound: 
 def check_adds(db: Path, acknowledged: list[tuple[int, int, str]]) -> dict[str, Any]:
     """Every acknowledged add present exactly once under its owner (read after the server stopped)."""
     with BioMemory(db, encoder=ENCODER, limits="off") as mem:
-        missing, duplicated, misowned = 0, 0, 0
+        missing, duplicated, misowned, other_id = 0, 0, 0, 0
         for owner, note_id, text in acknowledged:
             rows = mem.store.db.execute("SELECT id, owner_id FROM notes WHERE content = ?", [text]).fetchall()
             missing += not rows
             duplicated += len(rows) > 1
-            misowned += any(row_owner != owner or row_id != note_id for row_id, row_owner in rows)
-    return {"acknowledged": len(acknowledged), "missing": missing, "duplicated": duplicated, "wrong_owner": misowned}
+            misowned += any(row_owner != owner for _, row_owner in rows)
+            other_id += any(row_id != note_id for row_id, _ in rows)
+    return {"acknowledged": len(acknowledged), "missing": missing, "duplicated": duplicated, "wrong_owner": misowned,
+            "not_the_acknowledged_id": other_id}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,8,32", help="concurrent clients per level")
-    parser.add_argument("--requests", type=int, default=240, help="requests per level")
+    parser.add_argument("--requests", type=int, default=600, help="requests per level")
     parser.add_argument("--warmup", type=int, default=480, help="unmeasured requests first (0: start cold)")
     parser.add_argument("--notes", type=int, default=100, help="notes per identity")
     parser.add_argument("--synthetic", type=int, default=84, help="identities with random templates")
@@ -254,14 +286,15 @@ def main() -> None:
     rows, acknowledged = [], []
     try:
         if args.warmup:  # caches warm (the answerer's sentence embeddings), as on a kiosk in use
-            results, seconds = asyncio.run(level(f"http://127.0.0.1:{port}", key, probes, 8, args.warmup, 100))
+            results, seconds, cpu = measured(f"http://127.0.0.1:{port}", key, probes, 8, args.warmup, 100, server.pid)
             acknowledged += [(r["owner"], note_id, text) for r in results for note_id, text in r["added"]]
-            warm = summary(8, results, seconds, bound)
+            warm = summary(8, results, seconds, bound, floor, cpu)
             print(f"warm-up: {args.warmup} requests at 8 clients, {warm['throughput_rps']} req/s, "
                   f"{warm['errors']} errors, {warm['wrong_owner_notes']} wrong-owner notes", flush=True)
         for n, clients in enumerate(int(c) for c in args.levels.split(",")):
-            results, seconds = asyncio.run(level(f"http://127.0.0.1:{port}", key, probes, clients, args.requests, n))
-            rows.append(summary(clients, results, seconds, bound))
+            results, seconds, cpu = measured(f"http://127.0.0.1:{port}", key, probes, clients, args.requests, n,
+                                             server.pid)
+            rows.append(summary(clients, results, seconds, bound, floor, cpu))
             acknowledged += [(r["owner"], note_id, text) for r in results for note_id, text in r["added"]]
             print(f"done {clients} clients", flush=True)
     finally:
@@ -272,14 +305,16 @@ def main() -> None:
     print(f"\n{args.requests} requests per level (80% ask / 15% search / 5% add), face-arcface-s probes; "
           f"encoder bound {bound:.1f} probes/s, probe + question encodings {floor:.1f}/s\n")
     print("| clients | p50 ms | p95 ms | p99 ms | throughput (req/s) | vs encoder bound | vs probe + question "
-          "| errors | wrong-owner notes |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| server CPU / req | generator CPU / req | ceiling (vs bound) | errors | wrong-owner notes |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['clients']} | {r['p50_ms']} | {r['p95_ms']} | {r['p99_ms']} | {r['throughput_rps']} | "
-              f"{r['vs_encoder_bound']:.2f}× | {r['throughput_rps'] / floor:.2f}× | {r['errors']} | "
+              f"{r['vs_encoder_bound']:.2f}× | {r['throughput_rps'] / floor:.2f}× | "
+              f"{r['server_cpu_ms_per_request']} ms | {r['generator_cpu_ms_per_request']} ms | "
+              f"{r['ceiling_rps']} req/s ({r['ceiling_vs_encoder_bound']:.2f}×) | {r['errors']} | "
               f"{r['wrong_owner_notes']} |")
     print(f"\nacknowledged adds: {adds['acknowledged']}, missing {adds['missing']}, duplicated {adds['duplicated']}, "
-          f"under another owner {adds['wrong_owner']}")
+          f"under another owner {adds['wrong_owner']}, under another id than acknowledged {adds['not_the_acknowledged_id']}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": machine_info("onnxruntime", "uvicorn", "fastapi", "httpx"),
