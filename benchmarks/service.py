@@ -20,14 +20,14 @@ each with a fresh augmented capture of a random real person as a JPEG probe. Rec
 any reply. Afterwards the server is stopped and the store is read directly: every acknowledged
 add must be there exactly once under the right owner.
 
-The bound: the same probes encoded back to back by face-arcface-s on 2 threads in this process
-(the server idle), i.e. what the CPU-bound probe encoder allows on this machine. A second
-reference: each probe encoded together with a question (all-MiniLM-L6-v2), back to back on 2
-threads: the CPU every ask and search needs before any gate, store, LLM or HTTP work. The target is a
+The bound: the same probes encoded back to back by face-arcface-s on one thread per core (2 here)
+in this process (the server idle), i.e. what the CPU-bound probe encoder allows on this machine. A
+second reference: each probe encoded together with a question (all-MiniLM-L6-v2), back to back on
+as many threads: the CPU every ask and search needs before any gate, store, LLM or HTTP work. The target is a
 service throughput of at least 80% of the bound at 32 clients, with zero errors and zero wrong-owner notes.
 
 Where the CPU went, per level: the server's CPU per request (user + system, from /proc) and the
-load generator's own (this process: httpx, asyncio), which runs on the same 2 cores. From them, the
+load generator's own (this process: httpx, asyncio), which runs on the same cores. From them, the
 ceiling: the throughput if the cores did nothing but each request's probe and question encodings
 and the generator's work, i.e. no HTTP, gate, store or answer at all. Prints a markdown table and
 writes JSON (default benchmarks/results/service.json).
@@ -67,6 +67,7 @@ from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 ENCODER = "face-arcface-s"
+CORES = os.cpu_count() or 2  # the server, the bound's threads and the load generator share them
 MIX = (("ask", 0.80), ("search", 0.15), ("add", 0.05))
 TOPICS = ["bank card PIN", "gym locker", "doctor's appointment", "cat's vaccine", "piano lesson", "parking spot",
           "marathon training", "library book", "bike lock code", "dentist"]
@@ -114,7 +115,7 @@ def build_store(path: Path, notes: int, synthetic: int) -> tuple[dict[int, list[
     return probes, secret
 
 
-def encoder_bound(probes: list[bytes], threads: int = 2) -> float:
+def encoder_bound(probes: list[bytes], threads: int = CORES) -> float:
     """Probe encodings per second, back to back on `threads` threads (face-arcface-s, this process)."""
     import modalities
 
@@ -126,7 +127,7 @@ def encoder_bound(probes: list[bytes], threads: int = 2) -> float:
     return len(probes) / (time.perf_counter() - started)
 
 
-def ask_floor(probes: list[bytes], threads: int = 2) -> float:
+def ask_floor(probes: list[bytes], threads: int = CORES) -> float:
     """Probe encodings plus question encodings (all-MiniLM-L6-v2) per second, back to back on
     `threads` threads: the CPU an ask needs before any gate, store, LLM or HTTP work."""
     import modalities
@@ -229,11 +230,10 @@ def summary(clients: int, results: list[dict[str, Any]], seconds: float, bound: 
     ms = np.array([r["ms"] for r in results])
     errors = [r for r in results if r["status"] is None or not 200 <= r["status"] < 300]
     throughput = len(results) / seconds
-    cores = os.cpu_count() or 2
     # Core-milliseconds a request needs at the least: its probe and question encodings, as fast as
     # `floor` ran them on `cores` threads, plus the generator's own work on the same cores.
-    least_ms = cores * 1000 / floor + cpu["generator_cpu_ms"]
-    ceiling = cores * 1000 / least_ms
+    least_ms = CORES * 1000 / floor + cpu["generator_cpu_ms"]
+    ceiling = CORES * 1000 / least_ms
     return {"clients": clients, "requests": len(results), "seconds": round(seconds, 2),
             "p50_ms": round(float(np.percentile(ms, 50)), 1), "p95_ms": round(float(np.percentile(ms, 95)), 1),
             "p99_ms": round(float(np.percentile(ms, 99)), 1), "throughput_rps": round(throughput, 2),
@@ -279,7 +279,7 @@ def main() -> None:
     bound = encoder_bound(every_probe)
     floor = ask_floor(every_probe)
     print(f"store: {len(probes)} real + {args.synthetic} imported identities x {args.notes} notes in {build_s:.0f} s; "
-          f"encoder bound {bound:.1f} probes/s, probe + question encodings {floor:.1f}/s on 2 threads", flush=True)
+          f"encoder bound {bound:.1f} probes/s, probe + question encodings {floor:.1f}/s on {CORES} threads", flush=True)
 
     port = free_port()
     server = start_server(db, port)
