@@ -176,6 +176,22 @@ def test_search_and_ask_return_only_the_requester_s_notes(service, faces):
     assert answer["results"] == [] and not any(pin in answer["answer"] for pin in ("4821", "7390", "1156"))
 
 
+def test_people_asking_at_once_each_get_only_their_own_notes(service, faces):
+    """Probes of four people encoded side by side (the face encoder runs unlocked, 8 requests in
+    flight): no reply ever carries a note of anyone but the probe's owner, the stranger's none."""
+    owner_of = {ANA: service.ids["Ana"], BEN: service.ids["Ben"], CHLOE: service.ids["Chloe"], STRANGER: None}
+
+    def search(person: int) -> tuple[int, httpx.Response]:
+        return person, service.call("POST", "/search", probe=faces.fresh[person],
+                                    data={"query": "bank card PIN", "k": "10"})
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(search, [person for _ in range(6) for person in owner_of]))
+    for person, reply in replies:
+        assert reply.status_code == 200, reply.text
+        owners = {note["owner"] for note in reply.json()["results"]}
+        assert owners == ({owner_of[person]} if owner_of[person] else set())
+
+
 def test_add_stores_for_the_probe_s_owner_only(service, faces):
     added = service.call("POST", "/memories", probe=faces.fresh[CHLOE], data={"text": "My gym locker is 31"})
     assert added.status_code == 201
