@@ -22,7 +22,7 @@ from PIL import Image
 
 from biomem import BioMemory
 from biomem.aio import AsyncBioMemory
-from biomem.demo import build_demo, demo_capture
+from biomem.demo import DEMO_PALM_SEEDS, STRANGER_PALM_SEED, build_demo, demo_capture, demo_palm
 from biomem.keys import create_key, revoke_key
 from biomem.limits import client_tag
 from biomem.samples import group_photo_path
@@ -188,6 +188,65 @@ def test_forget_note_needs_the_owner(demo):
                               ("recall", {"query": "spare key", "probe": probe(ANA, 8)}))
     assert deleted.structured_content["results"][0] == {**added.structured_content["results"][0], "event": "DELETE"}
     assert note_id not in {r["id"] for r in recalled.structured_content["results"]}
+
+
+PALM = "palm-compcode"
+
+
+def palm_probe(seed: int, capture: int, modality: str | None = PALM) -> dict[str, str]:
+    """A synthetic palm capture as the tools' probe object, naming its modality."""
+    return {**image_probe(demo_palm(seed, capture)), **({"modality": modality} if modality else {})}
+
+
+@pytest.fixture(scope="module")
+def with_palms(tmp_path_factory, text_encoder, face_encoder) -> Iterator[tuple[str, BioMemory, dict[str, int]]]:
+    """The demo store with each person's synthetic palm enrolled beside their face: (URL, engine, ids)."""
+    mem = BioMemory(tmp_path_factory.mktemp("mcp-palms") / "demo.db", text_model=text_encoder, encoder=face_encoder)
+    ids = build_demo(mem, palm_encoder=PALM)
+    amem = AsyncBioMemory(mem, workers=2)
+    try:
+        with serving(fastapi_host(build_mcp(amem))) as url:
+            yield url, mem, ids
+    finally:
+        amem.close()
+
+
+def test_a_palm_opens_its_owner_s_memory_and_a_face_and_palm_person_forgets_with_both(with_palms):
+    url, mem, ids = with_palms
+    ana_palm = DEMO_PALM_SEEDS["Ana"]
+    remembered, by_palm, stranger = calls(
+        url, ("remember", {"text": "My locker at the pool is 77", "probe": probe(ANA, 3)}),
+        ("recall", {"query": "locker at the pool", "probe": palm_probe(ana_palm, 4), "k": 10}),
+        ("recall", {"query": "locker at the pool", "probe": palm_probe(STRANGER_PALM_SEED, 4), "k": 10}))
+    note = remembered.structured_content["results"][0]
+    assert by_palm.structured_content["gate"]["label"] == "Ana"
+    assert {r["owner"] for r in by_palm.structured_content["results"]} == {ids["Ana"]}
+    assert note["id"] in {r["id"] for r in by_palm.structured_content["results"]}
+    assert stranger.structured_content["results"] == [] and stranger.structured_content["gate"]["matched"] is False
+
+    face_only, with_palm = calls(
+        url, ("forget_note", {"note_id": note["id"], "probe": probe(ANA, 0)}),
+        ("forget_note", {"note_id": note["id"], "probe": probe(ANA, 0), "also": [palm_probe(ana_palm, 0)]}))
+    assert error_text(face_only).startswith("Fresh probe needed") and f"{PALM} missing" in error_text(face_only)
+    assert with_palm.structured_content["results"][0] == {**note, "event": "DELETE"}
+    assert note["id"] not in {n.id for n in mem.store.all_notes(ids["Ana"])}
+
+
+def test_a_palm_of_someone_else_or_of_an_unknown_kind_deletes_nothing(with_palms):
+    url, mem, ids = with_palms
+    (remembered,) = calls(url, ("remember", {"text": "My bike lock code is 2468", "probe": probe(BEN, 3)}))
+    note_id = remembered.structured_content["results"][0]["id"]
+    before = mem.store.note_total()
+    results = calls(
+        url, ("forget_note", {"note_id": note_id, "probe": probe(BEN, 0), "also": [palm_probe(DEMO_PALM_SEEDS["Ana"], 0)]}),
+        ("forget_note", {"note_id": note_id, "probe": probe(BEN, 0), "also": [palm_probe(2, 0, "palm-ccnet")]}),
+        ("forget_note", {"note_id": note_id, "probe": probe(BEN, 0), "also": [probe(BEN, 1)]}),
+        ("recall", {"query": "bike", "probe": palm_probe(DEMO_PALM_SEEDS["Ben"], 3, "face-arcface")}))
+    messages = [error_text(r).lower() for r in results]
+    assert messages[0].startswith("fresh probe needed")  # Ben's face with Ana's palm proves no one
+    assert "no 'palm-ccnet' templates" in messages[1] and "two images of face-arcface-s" in messages[2]
+    assert "no 'face-arcface' templates" in messages[3]
+    assert mem.store.note_total() == before and mem.store.get_note(ids["Ben"], note_id).id == note_id
 
 
 def refused(url: str, key: str | None) -> int:

@@ -59,6 +59,7 @@ from ..errors import BioMemError, InvalidInputError
 from ..keys import ROLES, ApiKey
 from ..messages import readable  # the words of the web app's toasts and the REST errors (no gradio import)
 from .auth import authenticator, loopback, presented_key
+from .probes import Modalities
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,9 @@ INSTRUCTIONS = (
     "photo of the face of the person you are talking with: that face alone decides whose memory is "
     "read or written, never a name, a user id or what anyone says about who they are. A face that "
     "matches nobody enrolled gets no memories (recall is empty, ask says so) and cannot store any. "
-    "Send one face per photo; never use one person's photo to act for another.")
+    "Send one face per photo; never use one person's photo to act for another. A person enrolled "
+    "with a palm as well can be recognised by a palm image (its `modality` named), and sends it in "
+    "`also` beside the face where a tool needs both.")
 IDENTITY = (
     "Whose memory is used is decided only by the face in `probe`, a current photo of the person "
     "speaking to you (never by a name, a user id or what they claim), and only that person's own "
@@ -95,10 +98,16 @@ FORGET = (
     "Permanently delete one of the person's own notes by id (from recall or ask results); its text "
     "is erased from the history as well. " + IDENTITY + " Deleting needs a fresh, clear, front-facing "
     "photo taken for this request: it must match more strictly than recall, else it fails with "
-    "\"Fresh probe needed\" and nothing is deleted. An id that is not one of their notes fails like an "
-    "id that does not exist. Call it only when the person asks to forget something.")
+    "\"Fresh probe needed\" and nothing is deleted. A person enrolled with a palm as well needs a "
+    "palm image in `also` (the error says which kind is missing). An id that is not one of their notes "
+    "fails like an id that does not exist. Call it only when the person asks to forget something.")
 PROBE_DATA = ("The photo's file bytes, base64-encoded (PNG or JPEG; a data: URL is accepted too). "
               "One face, the person you are talking with, taken now.")
+PROBE_MODALITY = ("Leave out for a face photo. For a palm image, the palm encoder this memory enrolled "
+                  "palms with, e.g. palm-compcode.")
+ALSO = ("Only for a person enrolled with more than one kind of biometric (a face and a palm): an image "
+        "of each other kind, taken now, each with its `modality`. Deleting needs them all; the other "
+        "tools work with the face alone. Leave out otherwise.")
 
 
 class ImageProbe(BaseModel):
@@ -110,6 +119,7 @@ class ImageProbe(BaseModel):
     mime_type: str = Field(validation_alias=AliasChoices("mime_type", "mimeType"),
                            description="The photo's MIME type: image/png or image/jpeg.",
                            examples=["image/png", "image/jpeg"])
+    modality: str | None = Field(default=None, max_length=64, description=PROBE_MODALITY)
 
     def image(self) -> bytes:
         """The decoded image bytes; InvalidInputError for a non-image MIME type or bad base64."""
@@ -259,6 +269,23 @@ def readable_errors(tool: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[
 
 Text = Annotated[str, Field(min_length=1, max_length=20_000)]
 Probe = Annotated[ImageProbe, Field(description="A photo of the face of the person you are talking with, taken now.")]
+Also = Annotated[list[ImageProbe] | None, Field(max_length=3, description=ALSO)]
+
+
+async def sample_of(amem: AsyncBioMemory, probe: ImageProbe, also: list[ImageProbe] | None) -> Any:
+    """The engine's probe: the photo's bytes, or {modality: bytes} with `also` or a named modality. A
+    modality this store never enrolled is refused before any encoder loads (as the REST API does)."""
+    if not also and probe.modality is None:
+        return probe.image()
+    known = Modalities(amem.mem.modality, await amem.run(amem.mem.gate.modalities))
+    parts: dict[str, bytes] = {}
+    for item in [probe, *(also or [])]:
+        name = item.modality or known.default
+        known.check(name)
+        if name in parts:
+            raise InvalidInputError(f"two images of {name}: send one image of each kind")
+        parts[name] = item.image()
+    return parts
 
 
 def register_tools(server: MCPServer, amem: AsyncBioMemory) -> None:
@@ -267,8 +294,8 @@ def register_tools(server: MCPServer, amem: AsyncBioMemory) -> None:
                  annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
     @readable_errors
     async def remember(text: Annotated[Text, Field(description="The note to keep, in the person's words.")],
-                       probe: Probe, ctx: Context) -> dict[str, Any]:
-        note = await amem.add(text, probe=probe.image(), client=caller_of(ctx).clients)
+                       probe: Probe, ctx: Context, also: Also = None) -> dict[str, Any]:
+        note = await amem.add(text, probe=await sample_of(amem, probe, also), client=caller_of(ctx).clients)
         return {"results": [{**note_view(note), "event": "ADD"}]}
 
     @server.tool(title="Recall notes", description=RECALL,
@@ -277,16 +304,17 @@ def register_tools(server: MCPServer, amem: AsyncBioMemory) -> None:
     async def recall(query: Annotated[Text, Field(description="What to look for, in plain words.")],
                      probe: Probe, ctx: Context,
                      k: Annotated[int, Field(ge=1, le=MAX_K, description="How many notes at most.")] = 10,
-                     ) -> dict[str, Any]:
-        result = await amem.search(query, probe=probe.image(), k=k, client=caller_of(ctx).clients)
+                     also: Also = None) -> dict[str, Any]:
+        result = await amem.search(query, probe=await sample_of(amem, probe, also), k=k,
+                                   client=caller_of(ctx).clients)
         return result.as_dict()
 
     @server.tool(title="Ask the memory", description=ASK,
                  annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
     @readable_errors
     async def ask(question: Annotated[Text, Field(description="The person's question about themselves.")],
-                  probe: Probe, ctx: Context) -> dict[str, Any]:
-        answer = await amem.ask(question, probe=probe.image(), client=caller_of(ctx).clients)
+                  probe: Probe, ctx: Context, also: Also = None) -> dict[str, Any]:
+        answer = await amem.ask(question, probe=await sample_of(amem, probe, also), client=caller_of(ctx).clients)
         return answer.as_dict()
 
     @server.tool(title="Forget one note", description=FORGET,
@@ -294,6 +322,6 @@ def register_tools(server: MCPServer, amem: AsyncBioMemory) -> None:
                                              open_world_hint=False))
     @readable_errors
     async def forget_note(note_id: Annotated[int, Field(ge=1, description="The id of the note to delete.")],
-                          probe: Probe, ctx: Context) -> dict[str, Any]:
-        note = await amem.delete(note_id, probe=probe.image(), client=caller_of(ctx).clients)
+                          probe: Probe, ctx: Context, also: Also = None) -> dict[str, Any]:
+        note = await amem.delete(note_id, probe=await sample_of(amem, probe, also), client=caller_of(ctx).clients)
         return {"results": [{**note_view(note), "event": "DELETE"}]}
