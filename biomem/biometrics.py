@@ -22,7 +22,7 @@ from .errors import (
     UnknownModalityError,
 )
 from .gate import Gate, GateResult, Probe, fuse
-from .limits import AttemptLimiter
+from .limits import Limiter
 from .records import Identity
 from .storage import MemoryStore
 
@@ -35,7 +35,7 @@ class Biometrics:
 
     store: MemoryStore
     gate: Gate
-    limiter: AttemptLimiter
+    limiter: Limiter
     modality: str
     policy: str
     fusion: str

@@ -6,6 +6,11 @@ session and its address). `misses` misses inside `window` seconds start a cool-d
 `cooldown` seconds that doubles each time the client earns another one. A refused attempt
 is rejected before any encoder runs. Matches never reset the count: an attacker could
 otherwise interleave their own face.
+
+BioMemory keeps the counts in its store (SharedAttemptLimiter), so every process and replica
+serving one store counts the same misses and a cool-down outlives a restart; clients are stored
+as keyed digests (biomem.sealing), never as addresses or session ids. AttemptLimiter keeps them
+in this process only.
 """
 
 from __future__ import annotations
@@ -17,8 +22,12 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidInputError, TooManyAttemptsError
+
+if TYPE_CHECKING:
+    from .storage import MemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +57,10 @@ class AttemptLimits:
             raise InvalidInputError(f"attempt limits are 'off' or 'MISSES/WINDOW[/COOLDOWN]', got {text!r}") from None
         return cls(int(parts[0]), parts[1], *(parts[2:] or [cls.cooldown]))
 
+    def cooldown_for(self, strikes: int) -> float:
+        """How long a client's `strikes`-th cool-down lasts: `cooldown`, doubling, at most `max_cooldown`."""
+        return min(self.cooldown * 2 ** (strikes - 1), self.max_cooldown)
+
 
 @dataclass
 class _Client:
@@ -74,14 +87,12 @@ def client_tag(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:10]
 
 
-class AttemptLimiter:
-    """Per-client miss counter; `check` before encoding a probe, `miss` after a non-match."""
+class Limiter:
+    """`check` before encoding a probe, `miss` after a non-match; where the counts live is the subclass's."""
 
-    def __init__(self, limits: AttemptLimits | None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, limits: AttemptLimits | None, clock: Callable[[], float]) -> None:
         self.limits = limits
         self.clock = clock
-        self._clients: OrderedDict[str, _Client] = OrderedDict()
-        self._lock = threading.Lock()
 
     @staticmethod
     def _keys(clients: str | Iterable[str] | None) -> list[str]:
@@ -94,10 +105,7 @@ class AttemptLimiter:
         keys = self._keys(clients)
         if self.limits is None or not keys:
             return
-        now = self.clock()
-        with self._lock:
-            waits = [self._clients[k].until - now for k in keys if k in self._clients]
-        wait = max(waits, default=0.0)
+        wait = self._wait(keys, self.clock())
         if wait > 0:
             log.warning("attempt refused: client %s cooling down for %.0f s", client_tag(keys[0]), wait)
             minutes = max(1, round(wait / 60))
@@ -110,7 +118,34 @@ class AttemptLimiter:
         keys = self._keys(clients)
         if self.limits is None or not keys:
             return
-        limits, now = self.limits, self.clock()
+        now = self.clock()
+        for key, until in self._count(keys, now, self.limits):
+            log.warning("client %s: %d misses in %.0f s, cool-down %.0f s", client_tag(key),
+                        self.limits.misses, self.limits.window, until - now)
+
+    def _wait(self, keys: list[str], now: float) -> float:
+        """Seconds the longest cool-down among `keys` still lasts (0 if none)."""
+        raise NotImplementedError
+
+    def _count(self, keys: list[str], now: float, limits: AttemptLimits) -> list[tuple[str, float]]:
+        """Record a miss for each key; (key, end) of those whose misses started a cool-down."""
+        raise NotImplementedError
+
+
+class AttemptLimiter(Limiter):
+    """Per-client miss counter in this process's memory (at most MAX_CLIENTS clients)."""
+
+    def __init__(self, limits: AttemptLimits | None, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(limits, clock)
+        self._clients: OrderedDict[str, _Client] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _wait(self, keys: list[str], now: float) -> float:
+        with self._lock:
+            return max((self._clients[k].until - now for k in keys if k in self._clients), default=0.0)
+
+    def _count(self, keys: list[str], now: float, limits: AttemptLimits) -> list[tuple[str, float]]:
+        cooled = []
         with self._lock:
             for key in keys:
                 client = self._clients.pop(key, None) or _Client()
@@ -120,9 +155,51 @@ class AttemptLimiter:
                     client.misses.popleft()
                 if len(client.misses) >= limits.misses:
                     client.strikes += 1
-                    client.until = now + min(limits.cooldown * 2 ** (client.strikes - 1), limits.max_cooldown)
+                    client.until = now + limits.cooldown_for(client.strikes)
                     client.misses.clear()
-                    log.warning("client %s: %d misses in %.0f s, cool-down %.0f s", client_tag(key),
-                                limits.misses, limits.window, client.until - now)
+                    cooled.append((key, client.until))
             while len(self._clients) > MAX_CLIENTS:
                 self._clients.popitem(last=False)
+        return cooled
+
+
+class SharedAttemptLimiter(Limiter):
+    """Per-client miss counter in the store: shared by every process serving it, kept across restarts.
+    The clock is wall time, which processes (and replicas with synchronised clocks) agree on."""
+
+    def __init__(self, limits: AttemptLimits | None, store: MemoryStore, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(limits, clock)
+        self.store = store
+
+    def _digests(self, keys: list[str]) -> dict[str, str]:
+        return {self.store.sealer.digest(key.encode()): key for key in keys}
+
+    def _wait(self, keys: list[str], now: float) -> float:
+        return self.store.attempt_wait(list(self._digests(keys)), now)
+
+    def _count(self, keys: list[str], now: float, limits: AttemptLimits) -> list[tuple[str, float]]:
+        digests = self._digests(keys)
+        return [(digests[client], end) for client, end in self.store.attempt_miss(list(digests), now, limits)]
+
+
+def record_misses(execute: Callable[[str, list[Any]], Any], clients: list[str], now: float,
+                  limits: AttemptLimits) -> list[tuple[str, float]]:
+    """A store's attempt_miss: one miss for each client digest in the `attempts` and `cooldowns`
+    tables, through `execute(sql, params)` ("?" placeholders) inside the caller's transaction.
+    Misses older than the window, and cool-downs over for longer than the longest one, are pruned
+    on the way. Returns (client, end) of the clients whose misses started a cool-down."""
+    execute("DELETE FROM attempts WHERE at <= ?", [now - limits.window])
+    execute("DELETE FROM cooldowns WHERE ends <= ?", [now - limits.max_cooldown])
+    cooled = []
+    for client in clients:
+        execute("INSERT INTO attempts (client, at) VALUES (?, ?)", [client, now])
+        (misses,) = execute("SELECT count(*) FROM attempts WHERE client = ?", [client]).fetchone()
+        if misses >= limits.misses:
+            row = execute("SELECT strikes FROM cooldowns WHERE client = ?", [client]).fetchone()
+            strikes = (row[0] if row else 0) + 1
+            end = now + limits.cooldown_for(strikes)
+            execute("INSERT INTO cooldowns (client, ends, strikes) VALUES (?, ?, ?) ON CONFLICT (client) "
+                    "DO UPDATE SET ends = excluded.ends, strikes = excluded.strikes", [client, end, strikes])
+            execute("DELETE FROM attempts WHERE client = ?", [client])
+            cooled.append((client, end))
+    return cooled

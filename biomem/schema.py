@@ -1,15 +1,16 @@
-"""The SQLite schema of the store, version 3, as one script and as the statements it runs."""
+"""The SQLite schema of the store, version 4, as one script and as the statements it runs."""
 
 from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Version 2: ids are AUTOINCREMENT (never reused, so nothing keyed by an id can reach a later
 # person), labels are unique case-insensitively, templates are sealed, thresholds carry a
 # stricter step-up τ, identities say whether they are sample people (see disclosure).
 # Version 3: service API keys (biomem.keys), kept as SHA-256 digests only.
+# Version 4: attempt limits (biomem.limits) in the store, shared by every process serving it.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS identities (
@@ -81,6 +82,17 @@ CREATE TABLE IF NOT EXISTS api_keys (
     prefix TEXT NOT NULL,  -- its first characters, to tell keys apart in a listing
     created TEXT NOT NULL,
     revoked TEXT
+);
+CREATE TABLE IF NOT EXISTS attempts (
+    client TEXT NOT NULL,  -- keyed digest of a client key (session, address), never the key itself
+    at REAL NOT NULL  -- when a probe of that client matched nobody (seconds since the epoch)
+);
+CREATE INDEX IF NOT EXISTS attempts_by_client ON attempts(client);
+CREATE INDEX IF NOT EXISTS attempts_by_time ON attempts(at);
+CREATE TABLE IF NOT EXISTS cooldowns (
+    client TEXT PRIMARY KEY,
+    ends REAL NOT NULL,  -- refused until then
+    strikes INTEGER NOT NULL  -- cool-downs earned so far (each doubles the next)
 );
 """
 

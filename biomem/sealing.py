@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import os
 import secrets
 from pathlib import Path
@@ -85,6 +86,7 @@ class Sealer:
         if len(key) != KEY_BYTES:
             raise KeyUnavailableError(f"a key is {KEY_BYTES} bytes, got {len(key)}")
         self._aead = AESGCM(key)
+        self._digest_key = hashlib.blake2b(key, person=b"biomem-digest", digest_size=32).digest()
 
     def seal(self, vector: np.ndarray, context: bytes) -> bytes:
         nonce = secrets.token_bytes(NONCE_BYTES)
@@ -98,6 +100,11 @@ class Sealer:
             raise KeyUnavailableError("a template does not open under this key (wrong key, or the "
                                       "row was tampered with)") from None
         return np.frombuffer(data, dtype=np.float32)
+
+    def digest(self, data: bytes) -> str:
+        """A keyed digest of `data` (BLAKE2b under a subkey of this key): equal inputs match within the
+        store, and without the key nobody recovers an address or session id from it."""
+        return hashlib.blake2b(data, key=self._digest_key, digest_size=16).hexdigest()
 
     def check_value(self, context: bytes) -> bytes:
         """A sealed constant stored beside the data, to tell a wrong key at open time."""

@@ -30,6 +30,7 @@ from .errors import (
     StoreCorruptError,
     UnknownIdentityError,
 )
+from .limits import AttemptLimits, record_misses
 from .migrations import migrate_1_to_2
 from .note_rows import NoteRows
 from .records import Identity, Note, check_id, from_blob, now_iso, to_blob
@@ -99,8 +100,9 @@ class Store(NoteRows, SealedTemplates):
 
     def _migrate(self, version: int) -> None:
         """Upgrade in one transaction (foreign keys off while tables are rebuilt), then compact.
-        1 → 2 rebuilds every table (see biomem.migrations); 2 → 3 adds the api_keys table."""
-        if version not in (1, 2):
+        1 → 2 rebuilds every table (see biomem.migrations); 2 → 3 adds the api_keys table, 3 → 4
+        the attempt-limit tables."""
+        if version not in (1, 2, 3):
             raise StoreCorruptError(f"{self.path} has schema version {version}: no migration from it")
         with self.lock:
             self.db.execute("PRAGMA foreign_keys=OFF")
@@ -295,6 +297,19 @@ class Store(NoteRows, SealedTemplates):
         with self.transaction() as db:
             return db.execute("INSERT INTO api_keys (name, role, digest, prefix, created) VALUES (?, ?, ?, ?, ?)",
                               [name, role, digest, prefix, now_iso()]).lastrowid
+
+    # attempt limits (biomem.limits.SharedAttemptLimiter)
+    def attempt_wait(self, clients: list[str], now: float) -> float:
+        """Seconds the longest cool-down of these client digests still lasts at `now` (0 if none)."""
+        with self.lock:
+            marks = ", ".join("?" * len(clients))
+            (end,) = self.db.execute(f"SELECT max(ends) FROM cooldowns WHERE client IN ({marks})", clients).fetchone()
+        return max(0.0, (end or 0.0) - now)
+
+    def attempt_miss(self, clients: list[str], now: float, limits: AttemptLimits) -> list[tuple[str, float]]:
+        """One miss for each client digest; (client, end) of those it sent into a cool-down."""
+        with self.transaction() as db:
+            return record_misses(db.execute, clients, now, limits)
 
     def api_key(self, digest: str) -> tuple[int, str, str] | None:
         """(id, name, role) of the unrevoked key with this digest, else None."""

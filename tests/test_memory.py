@@ -1,5 +1,6 @@
 """The engine end to end with real models: who may read which memory."""
 
+import re
 import sqlite3
 import threading
 
@@ -20,6 +21,8 @@ from biomem import (
     StoreCorruptError,
     UnknownIdentityError,
 )
+from biomem.errors import TooManyAttemptsError
+from biomem.limits import AttemptLimits
 from biomem.llm import NO_MEMORY_ANSWER, NOT_MENTIONED, Evolution, OfflineLLM
 from biomem.samples import group_photo_path
 
@@ -548,3 +551,87 @@ def test_a_private_reply_never_scans_every_owner_s_notes(family, capture, monkey
     assert result.view["gated_out"] == {"total": 2} and result.gated_out == 2
     assert mem.search("my PIN", probe=capture(STRANGER, 1)).view["gated_out"] is None
     assert mem.overview()["samples"] is None
+
+
+class Clock:
+    """A wall clock the test moves by hand."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def stored_clients(mem: BioMemory, backend: str) -> list[str]:
+    """Every client the store's attempt-limit tables hold."""
+    sql = "SELECT client FROM attempts UNION SELECT client FROM cooldowns"
+    if backend == "sqlite":
+        return [row[0] for row in mem.store.db.execute(sql).fetchall()]
+    with mem.store.transaction() as conn:
+        return [row[0] for row in conn.execute(sql).fetchall()]
+
+
+@BOTH_STORES
+def test_attempt_limits_are_shared_by_every_engine_on_the_store_and_outlive_a_restart(
+        family, database, backend, capture, text_encoder, face_encoder):
+    """Two engines on one store stand for two replicas: misses counted by one cool the client down
+    in the other, the cool-down doubles and survives a reopen, and only keyed digests are stored."""
+    _, alice, _ = family
+    clock = Clock(5000.0)
+    limits = AttemptLimits(misses=2, window=60.0, cooldown=30.0)
+
+    def engine() -> BioMemory:
+        mem = BioMemory(database(), text_model=text_encoder, encoder=face_encoder, limits=limits)
+        mem.limiter.clock = clock  # BioMemory's own limiter, on a clock the test moves
+        return mem
+    here, there = engine(), engine()
+    client, elsewhere = ["session:attempt-test-session", "address:203.0.113.9"], ["address:198.51.100.1"]
+    for cooldown in (30.0, 60.0):
+        for _ in range(2):
+            assert here.identify(capture(STRANGER, 3), client=client).identity is None
+        with pytest.raises(TooManyAttemptsError) as refused:  # even Alice's face, from that client
+            there.search("PIN", probe=capture(ALICE, 5), client=client)
+        assert refused.value.retry_after == pytest.approx(cooldown)
+        assert there.search("PIN", probe=capture(ALICE, 5), client=elsewhere).gate.identity == alice.id
+        clock.now += cooldown + 1
+    for _ in range(2):
+        here.identify(capture(STRANGER, 4), client=client)
+    here.close()
+    there.close()
+    again = engine()  # a restart: the address alone is still cooling down, for 2 x 60 s now
+    with pytest.raises(TooManyAttemptsError) as refused:
+        again.identify(capture(ALICE, 5), client=["address:203.0.113.9"])
+    assert refused.value.retry_after == pytest.approx(120.0)
+    clients = stored_clients(again, backend)
+    assert clients and all(re.fullmatch(r"[0-9a-f]{32}", c) for c in clients)
+    again.close()
+    if backend == "sqlite":
+        on_disk = b"".join(path.read_bytes() for path in database().parent.glob(f"{database().name}*"))
+        assert b"203.0.113.9" not in on_disk and b"attempt-test-session" not in on_disk
+
+
+@BOTH_STORES
+def test_a_version_3_store_gains_the_attempt_tables_and_keeps_every_row(family, database, backend, capture,
+                                                                       text_encoder, face_encoder):
+    mem, alice, _ = family
+    notes, identities = mem.store.note_total(), len(mem.identities())
+    back_to_3 = ["DROP TABLE attempts", "DROP TABLE cooldowns",
+                 "UPDATE meta SET value = '3' WHERE key = 'schema_version'"]
+    if backend == "sqlite":
+        with mem.store.transaction() as db:
+            for statement in back_to_3:
+                db.execute(statement)
+    else:
+        with mem.store.owner_connection() as conn:
+            for statement in back_to_3:
+                conn.execute(statement)
+    mem.close()
+    again = BioMemory(database(), text_model=text_encoder, encoder=face_encoder, limits="1/60/30")
+    assert again.store.get_meta("schema_version") == "4"
+    assert (again.store.note_total(), len(again.identities())) == (notes, identities)
+    assert again.identify(capture(STRANGER, 3), client=["address:203.0.113.9"]).identity is None
+    with pytest.raises(TooManyAttemptsError):
+        again.identify(capture(ALICE, 5), client=["address:203.0.113.9"])
+    assert again.identify(capture(ALICE, 5)).identity == alice.id
+    again.close()

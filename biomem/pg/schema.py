@@ -164,9 +164,18 @@ def _rls_and_grants() -> str:
     return "\n".join(parts)
 
 
+_V4 = f"""
+CREATE TABLE biomem.attempts (client text NOT NULL, at double precision NOT NULL);
+CREATE INDEX attempts_by_client ON biomem.attempts (client);
+CREATE INDEX attempts_by_time ON biomem.attempts (at);
+CREATE TABLE biomem.cooldowns (client text PRIMARY KEY, ends double precision NOT NULL, strikes integer NOT NULL);
+GRANT SELECT, INSERT, UPDATE, DELETE ON biomem.attempts, biomem.cooldowns TO {APP_ROLE};
+"""
+
 # version -> the script that brings the previous version to it. A new store runs them all.
 MIGRATIONS: dict[int, str] = {
     2: _ROLE + _V2 + _V2_DEFINERS + _rls_and_grants(),
     3: _V3,
+    4: _V4,  # attempt limits shared by every replica (biomem.limits): client digests, never addresses
 }
 SCHEMA_VERSION = max(MIGRATIONS)

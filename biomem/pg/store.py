@@ -21,6 +21,7 @@ from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool
 
 from ..errors import DuplicateLabelError, StoreCorruptError, UnknownIdentityError
+from ..limits import AttemptLimits, record_misses
 from ..records import Identity, check_id, now_iso
 from ..sealing import Sealer
 from ..settings import Settings
@@ -301,6 +302,16 @@ class PostgresStore(PgNoteRows, SealedTemplates):
         with self.transaction() as conn:
             return conn.execute("INSERT INTO api_keys (name, role, digest, prefix, created) VALUES (%s, %s, %s, %s, %s) "
                                 "RETURNING id", [name, role, digest, prefix, now_iso()]).fetchone()[0]
+
+    # attempt limits (biomem.limits.SharedAttemptLimiter), shared by every replica
+    def attempt_wait(self, clients: list[str], now: float) -> float:
+        with self.reading() as conn:
+            (end,) = conn.execute("SELECT max(ends) FROM cooldowns WHERE client = ANY (%s)", [clients]).fetchone()
+        return max(0.0, (end or 0.0) - now)
+
+    def attempt_miss(self, clients: list[str], now: float, limits: AttemptLimits) -> list[tuple[str, float]]:
+        with self.transaction() as conn:
+            return record_misses(lambda sql, params: conn.execute(sql.replace("?", "%s"), params), clients, now, limits)
 
     def api_key(self, digest: str) -> tuple[int, str, str] | None:
         with self.transaction() as conn:

@@ -162,7 +162,7 @@ async def enrol(request: Request, who: Caller = Depends(caller)) -> dict[str, An
     body = await parse(request, EnrolBody, who, mem)
     if not body.images:
         raise InvalidInputError("enrolment needs one or more images (`images`)")
-    mem.limiter.check(who.clients)  # a client in cool-down is refused here too
+    await amem.run(mem.limiter.check, who.clients)  # a client in cool-down is refused here too (a store read)
     modality = body.fields.modality
     identity = await amem.enroll(body.fields.label, body.images, modality)
     return {"id": identity.id, "label": identity.label, "modality": modality or mem.modality,
