@@ -22,7 +22,7 @@ from .errors import (
     UnknownModalityError,
 )
 from .gate import Gate, GateResult, Probe, fuse
-from .limits import Limiter
+from .limits import AttemptLimiter
 from .records import Identity
 from .storage import MemoryStore
 
@@ -35,7 +35,7 @@ class Biometrics:
 
     store: MemoryStore
     gate: Gate
-    limiter: Limiter
+    limiter: AttemptLimiter
     modality: str
     policy: str
     fusion: str

@@ -7,21 +7,18 @@ session and its address). `misses` misses inside `window` seconds start a cool-d
 is rejected before any encoder runs. Matches never reset the count: an attacker could
 otherwise interleave their own face.
 
-BioMemory keeps the counts in its store (SharedAttemptLimiter), so every process and replica
-serving one store counts the same misses and a cool-down outlives a restart; clients are stored
-as keyed digests (biomem.sealing), never as addresses or session ids. AttemptLimiter keeps them
-in this process only.
+The counts live in the store, so every process and replica serving it counts the same misses
+and a cool-down outlives a restart; clients are stored as keyed digests (biomem.sealing), never
+as addresses or session ids.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
-from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidInputError, TooManyAttemptsError
@@ -30,8 +27,6 @@ if TYPE_CHECKING:
     from .storage import MemoryStore
 
 log = logging.getLogger(__name__)
-
-MAX_CLIENTS = 100_000  # bounded memory: the least recently seen clients are dropped first
 
 
 @dataclass(frozen=True)
@@ -62,13 +57,6 @@ class AttemptLimits:
         return min(self.cooldown * 2 ** (strikes - 1), self.max_cooldown)
 
 
-@dataclass
-class _Client:
-    misses: deque = field(default_factory=deque)
-    until: float = 0.0  # refused until this time
-    strikes: int = 0  # cool-downs earned so far
-
-
 def client_keys(session: str | None, address: str | None, forwarded_for: str | None = None, *,
                 trust_proxy: bool = False) -> list[str]:
     """A requester's keys for attempt limits: its session and its address.
@@ -87,27 +75,31 @@ def client_tag(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:10]
 
 
-class Limiter:
-    """`check` before encoding a probe, `miss` after a non-match; where the counts live is the subclass's."""
+class AttemptLimiter:
+    """Per-client miss counter in the store: `check` before encoding a probe, `miss` after a non-match.
+    The clock is wall time, which processes (and replicas with synchronised clocks) agree on."""
 
-    def __init__(self, limits: AttemptLimits | None, clock: Callable[[], float]) -> None:
+    def __init__(self, limits: AttemptLimits | None, store: MemoryStore, clock: Callable[[], float] = time.time) -> None:
         self.limits = limits
+        self.store = store
         self.clock = clock
 
-    @staticmethod
-    def _keys(clients: str | Iterable[str] | None) -> list[str]:
+    def _digests(self, clients: str | Iterable[str] | None) -> dict[str, str]:
+        """{keyed digest: key} of the client's keys (its session and address)."""
         if clients is None:
-            return []
-        return [clients] if isinstance(clients, str) else [c for c in clients if c]
+            return {}
+        keys = [clients] if isinstance(clients, str) else [c for c in clients if c]
+        return {self.store.sealer.digest(key.encode()): key for key in keys}
 
     def check(self, clients: str | Iterable[str] | None) -> None:
         """Raise TooManyAttemptsError if any key of the client is cooling down."""
-        keys = self._keys(clients)
-        if self.limits is None or not keys:
+        digests = self._digests(clients) if self.limits is not None else {}
+        if not digests:
             return
-        wait = self._wait(keys, self.clock())
+        wait = self.store.attempt_wait(list(digests), self.clock())
         if wait > 0:
-            log.warning("attempt refused: client %s cooling down for %.0f s", client_tag(keys[0]), wait)
+            first = next(iter(digests.values()))
+            log.warning("attempt refused: client %s cooling down for %.0f s", client_tag(first), wait)
             minutes = max(1, round(wait / 60))
             raise TooManyAttemptsError(
                 f"Too many probes from here matched nobody. Try again in about {minutes} minute"
@@ -115,71 +107,13 @@ class Limiter:
 
     def miss(self, clients: str | Iterable[str] | None) -> None:
         """Count one non-matching probe for every key of the client."""
-        keys = self._keys(clients)
-        if self.limits is None or not keys:
+        digests = self._digests(clients) if self.limits is not None else {}
+        if self.limits is None or not digests:
             return
         now = self.clock()
-        for key, until in self._count(keys, now, self.limits):
-            log.warning("client %s: %d misses in %.0f s, cool-down %.0f s", client_tag(key),
-                        self.limits.misses, self.limits.window, until - now)
-
-    def _wait(self, keys: list[str], now: float) -> float:
-        """Seconds the longest cool-down among `keys` still lasts (0 if none)."""
-        raise NotImplementedError
-
-    def _count(self, keys: list[str], now: float, limits: AttemptLimits) -> list[tuple[str, float]]:
-        """Record a miss for each key; (key, end) of those whose misses started a cool-down."""
-        raise NotImplementedError
-
-
-class AttemptLimiter(Limiter):
-    """Per-client miss counter in this process's memory (at most MAX_CLIENTS clients)."""
-
-    def __init__(self, limits: AttemptLimits | None, clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(limits, clock)
-        self._clients: OrderedDict[str, _Client] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _wait(self, keys: list[str], now: float) -> float:
-        with self._lock:
-            return max((self._clients[k].until - now for k in keys if k in self._clients), default=0.0)
-
-    def _count(self, keys: list[str], now: float, limits: AttemptLimits) -> list[tuple[str, float]]:
-        cooled = []
-        with self._lock:
-            for key in keys:
-                client = self._clients.pop(key, None) or _Client()
-                self._clients[key] = client  # most recently seen last
-                client.misses.append(now)
-                while client.misses and client.misses[0] <= now - limits.window:
-                    client.misses.popleft()
-                if len(client.misses) >= limits.misses:
-                    client.strikes += 1
-                    client.until = now + limits.cooldown_for(client.strikes)
-                    client.misses.clear()
-                    cooled.append((key, client.until))
-            while len(self._clients) > MAX_CLIENTS:
-                self._clients.popitem(last=False)
-        return cooled
-
-
-class SharedAttemptLimiter(Limiter):
-    """Per-client miss counter in the store: shared by every process serving it, kept across restarts.
-    The clock is wall time, which processes (and replicas with synchronised clocks) agree on."""
-
-    def __init__(self, limits: AttemptLimits | None, store: MemoryStore, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(limits, clock)
-        self.store = store
-
-    def _digests(self, keys: list[str]) -> dict[str, str]:
-        return {self.store.sealer.digest(key.encode()): key for key in keys}
-
-    def _wait(self, keys: list[str], now: float) -> float:
-        return self.store.attempt_wait(list(self._digests(keys)), now)
-
-    def _count(self, keys: list[str], now: float, limits: AttemptLimits) -> list[tuple[str, float]]:
-        digests = self._digests(keys)
-        return [(digests[client], end) for client, end in self.store.attempt_miss(list(digests), now, limits)]
+        for client, end in self.store.attempt_miss(list(digests), now, self.limits):
+            log.warning("client %s: %d misses in %.0f s, cool-down %.0f s", client_tag(digests[client]),
+                        self.limits.misses, self.limits.window, end - now)
 
 
 def record_misses(execute: Callable[[str, list[Any]], Any], clients: list[str], now: float,

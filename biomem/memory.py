@@ -27,7 +27,7 @@ from .disclosure import DISCLOSURES, gate_view, kept_out_view, people_view
 from .encoders import EncoderCache
 from .errors import DisclosureError, InvalidInputError, StoreCorruptError, UnknownIdentityError
 from .gate import FUSIONS, POLICIES, Gate, GateResult
-from .limits import AttemptLimits, SharedAttemptLimiter
+from .limits import AttemptLimiter, AttemptLimits
 from .llm import LLM, answer_prompt, make_llm
 from .records import Note, check_id
 from .results import Answer, SearchResult
@@ -84,8 +84,8 @@ class BioMemory(Biometrics):
         self.path = path if is_postgres(path) else sqlite_path(path)
         self.store: MemoryStore = open_store(self.path, key=key, settings=settings)
         self.disclosure = self._check_disclosure(disclosure or settings.disclosure, force_disclosure)
-        self.limiter = SharedAttemptLimiter(AttemptLimits.parse(limits) if isinstance(limits, str)
-                                            else limits if limits is not None else settings.attempts, self.store)
+        self.limiter = AttemptLimiter(AttemptLimits.parse(limits) if isinstance(limits, str)
+                                      else limits if limits is not None else settings.attempts, self.store)
         self.text = (text_model if isinstance(text_model, TextEncoder)
                      else TextEncoder(text_model or settings.text_model, onnx_cache=default_onnx_cache(settings)))
         self._check_text_model()

@@ -570,7 +570,7 @@ def limited(pair):
     from biomem.limits import AttemptLimiter, AttemptLimits
 
     clock = FakeClock()
-    mem.limiter = AttemptLimiter(AttemptLimits(misses=3, window=60.0, cooldown=10.0), clock=clock)
+    mem.limiter = AttemptLimiter(AttemptLimits(misses=3, window=60.0, cooldown=10.0), mem.store, clock=clock)
     return mem, ana, clock
 
 
