@@ -90,3 +90,7 @@ class SessionExpiredError(BioMemError, PermissionError):
 
 class AuthenticationError(BioMemError, PermissionError):
     """A service call without a valid API key, or with a key whose role does not allow it."""
+
+
+class NotAuthorisedError(AuthenticationError):
+    """A known caller (or the public page) whose role does not open this door (biomem.access)."""

@@ -132,11 +132,11 @@ def test_a_missing_unknown_or_revoked_key_is_401_and_a_wrong_role_403(service, f
         assert response.headers["www-authenticate"] == "Bearer"
     assert service.call("POST", "/search", key=None, headers={"X-API-Key": service.keys["agent"]},
                         probe=faces.fresh[ANA], data={"query": "PIN"}).status_code == 200
-    error_of(service.call("DELETE", f"/identities/{service.ids['Chloe']}"), 403, "AuthenticationError")
+    error_of(service.call("DELETE", f"/identities/{service.ids['Chloe']}"), 403, "NotAuthorisedError")
     error_of(service.call("POST", "/memories", json={"text": "planted", "identity": service.ids["Ana"]}),
-             403, "AuthenticationError")
+             403, "NotAuthorisedError")
     embedding = {"embedding": [0.1] * 512, "modality": "face-arcface-s"}
-    error_of(service.call("POST", "/search", json={"query": "PIN", "probe": embedding}), 403, "AuthenticationError")
+    error_of(service.call("POST", "/search", json={"query": "PIN", "probe": embedding}), 403, "NotAuthorisedError")
     assert written(service.mem) == before
     assert service.http.post("/mcp", json={}).status_code == 401  # MCP is mounted and checks keys too
 
@@ -426,7 +426,7 @@ def test_a_store_without_keys_serves_local_agents_only(tmp_path, text_encoder, f
     with served(create_app(mem, ui=False, mcp=False)) as url:
         assert httpx.post(f"{url}/v1/search", data={"query": "x"},
                           files={"probe": ("a.png", faces.fresh[ANA], "image/png")}).status_code == 200
-        error_of(httpx.delete(f"{url}/v1/identities/1"), 403, "AuthenticationError")  # an agent, not an admin
+        error_of(httpx.delete(f"{url}/v1/identities/1"), 403, "NotAuthorisedError")  # an agent, not an admin
         error_of(httpx.post(f"{url}/v1/search", headers={"Authorization": "Bearer bm_x"}, json={"query": "x"}),
                  401, "AuthenticationError")  # a key that is not one is refused, even here
         for header in ({"Host": "evil.example"}, {"Origin": "http://evil.example"}):  # DNS rebinding, a web page

@@ -21,6 +21,7 @@ from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
+from .. import access
 from ..keys import ApiKey, any_keys, authenticate
 from ..limits import client_keys
 from ..storage import MemoryStore
@@ -51,11 +52,9 @@ class Caller:
         """What this caller's sessions are bound to."""
         return self.key.tag if self.key else ANONYMOUS
 
-    def require_admin(self, what: str) -> None:
-        """ApiError 403 unless this caller holds an admin key."""
-        if not self.admin:
-            raise ApiError(403, "AuthenticationError", f"{what} needs an admin key; this key's role is {self.role}.",
-                           title="Not authorised")
+    def require(self, door: str, what: str) -> None:
+        """NotAuthorisedError (403) unless this caller's role opens `door` (biomem.access)."""
+        access.require(door, self.role, what)
 
 
 def presented_key(request: Request) -> str | None:
@@ -93,7 +92,10 @@ def authenticator(store: MemoryStore, local: bool) -> Callable[[str | None], Api
 
 async def identify_caller(request: Request, *, optional: bool = False) -> Caller:
     """The Caller of `request`; ApiError 401 for a missing, unknown or revoked key (unless `optional`,
-    which gives an anonymous agent instead, for the health check)."""
+    which gives an anonymous agent instead, for the health check). Read once per request."""
+    known = getattr(request.state, "caller", None)
+    if known is not None:
+        return known
     state = request.app.state
     secret = presented_key(request)
     key = await run_in_threadpool(caller_key, state.mem.store, secret, state.local)  # SQLite: off the event loop
@@ -106,7 +108,10 @@ async def identify_caller(request: Request, *, optional: bool = False) -> Caller
         refuse_remote(request)
     key = None if key is LOCAL_KEY else key  # a keyless local caller: an agent bound to ANONYMOUS
     addresses = address_of(request, state.settings.trust_proxy)
-    return Caller(key, addresses[-1].removeprefix("address:"), [*([key.tag] if key else []), *addresses])
+    who = Caller(key, addresses[-1].removeprefix("address:"), [*([key.tag] if key else []), *addresses])
+    if not optional:
+        request.state.caller = who
+    return who
 
 
 # Declared for the OpenAPI document ("Authorize" in /v1/docs); identify_caller reads the headers itself.
@@ -122,6 +127,21 @@ async def caller(request: Request, _bearer: Any = Depends(BEARER), _key: Any = D
 async def maybe_caller(request: Request, _bearer: Any = Depends(BEARER), _key: Any = Depends(API_KEY)) -> Caller:
     """FastAPI dependency: the caller if it shows a valid key, else an anonymous agent (never 401)."""
     return await identify_caller(request, optional=True)
+
+
+def door_of(request: Request) -> str:
+    """The access table's name of the REST route `request` matched: "rest:POST /ask" (under /v1)."""
+    route = request.scope.get("route")
+    methods = getattr(route, "methods", None) or {request.method}
+    return f"rest:{request.method if len(methods) == 1 else '*'} {getattr(route, 'path', request.url.path)}"
+
+
+async def authorised(request: Request) -> None:
+    """Router dependency: the matched route's role from biomem.access, checked before its handler runs
+    (401 without a valid key, 403 for a role it does not open)."""
+    door = door_of(request)
+    if access.required(door) != access.PUBLIC:
+        (await identify_caller(request)).require(door, "This route")
 
 
 def refuse_remote(request: Request) -> None:

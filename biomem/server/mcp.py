@@ -53,6 +53,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from .. import access
 from ..aio import AsyncBioMemory
 from ..disclosure import note_view
 from ..errors import BioMemError, InvalidInputError
@@ -141,6 +142,10 @@ class Caller:
 
     key: ApiKey
     address: str | None
+
+    @property
+    def role(self) -> str:
+        return self.key.role
 
     @property
     def clients(self) -> list[str]:
@@ -238,8 +243,9 @@ def build_mcp(amem: AsyncBioMemory, *, authenticate: Callable[[str | None], ApiK
                   client_address or peer_address)
 
 
-def caller_of(ctx: Context) -> Caller:
-    """The authenticated caller of this tool call (InvalidInputError outside an authenticated request)."""
+def caller_of(ctx: Context, tool: str) -> Caller:
+    """The authenticated caller of this call of `tool`, if its role opens the tool (biomem.access);
+    InvalidInputError outside an authenticated request."""
     try:
         request = ctx.request_context.request
     except ValueError:  # called outside a request
@@ -247,6 +253,7 @@ def caller_of(ctx: Context) -> Caller:
     caller = getattr(request, "scope", {}).get(CALLER)
     if not isinstance(caller, Caller):
         raise InvalidInputError("no authenticated caller: the tools are served over HTTP only")
+    access.require(f"mcp:{tool}", caller.role, f"The {tool} tool")
     return caller
 
 
@@ -295,7 +302,8 @@ def register_tools(server: MCPServer, amem: AsyncBioMemory) -> None:
     @readable_errors
     async def remember(text: Annotated[Text, Field(description="The note to keep, in the person's words.")],
                        probe: Probe, ctx: Context, also: Also = None) -> dict[str, Any]:
-        note = await amem.add(text, probe=await sample_of(amem, probe, also), client=caller_of(ctx).clients)
+        who = caller_of(ctx, "remember")
+        note = await amem.add(text, probe=await sample_of(amem, probe, also), client=who.clients)
         return {"results": [{**note_view(note), "event": "ADD"}]}
 
     @server.tool(title="Recall notes", description=RECALL,
@@ -305,8 +313,8 @@ def register_tools(server: MCPServer, amem: AsyncBioMemory) -> None:
                      probe: Probe, ctx: Context,
                      k: Annotated[int, Field(ge=1, le=MAX_K, description="How many notes at most.")] = 10,
                      also: Also = None) -> dict[str, Any]:
-        result = await amem.search(query, probe=await sample_of(amem, probe, also), k=k,
-                                   client=caller_of(ctx).clients)
+        who = caller_of(ctx, "recall")
+        result = await amem.search(query, probe=await sample_of(amem, probe, also), k=k, client=who.clients)
         return result.as_dict()
 
     @server.tool(title="Ask the memory", description=ASK,
@@ -314,7 +322,8 @@ def register_tools(server: MCPServer, amem: AsyncBioMemory) -> None:
     @readable_errors
     async def ask(question: Annotated[Text, Field(description="The person's question about themselves.")],
                   probe: Probe, ctx: Context, also: Also = None) -> dict[str, Any]:
-        answer = await amem.ask(question, probe=await sample_of(amem, probe, also), client=caller_of(ctx).clients)
+        who = caller_of(ctx, "ask")
+        answer = await amem.ask(question, probe=await sample_of(amem, probe, also), client=who.clients)
         return answer.as_dict()
 
     @server.tool(title="Forget one note", description=FORGET,
@@ -323,5 +332,6 @@ def register_tools(server: MCPServer, amem: AsyncBioMemory) -> None:
     @readable_errors
     async def forget_note(note_id: Annotated[int, Field(ge=1, description="The id of the note to delete.")],
                           probe: Probe, ctx: Context, also: Also = None) -> dict[str, Any]:
-        note = await amem.delete(note_id, probe=await sample_of(amem, probe, also), client=caller_of(ctx).clients)
+        who = caller_of(ctx, "forget_note")
+        note = await amem.delete(note_id, probe=await sample_of(amem, probe, also), client=who.clients)
         return {"results": [{**note_view(note), "event": "DELETE"}]}

@@ -198,7 +198,7 @@ def _one(item: ProbeData, caller: Caller, known: Modalities, modality: str | Non
         if name:
             known.check(name)
         return decode(item)
-    caller.require_admin("A precomputed probe embedding")
+    caller.require("rest:precomputed embedding", "A precomputed probe embedding")
     if not name:
         raise InvalidInputError("a precomputed probe embedding needs its modality")
     if item.modality and modality and item.modality != modality:

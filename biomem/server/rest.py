@@ -13,14 +13,14 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Path, Request, Response
 
-from .. import __version__
+from .. import __version__, access
 from ..disclosure import note_view
 from ..errors import InvalidInputError, SessionExpiredError, StepUpRequiredError, UnknownIdentityError
 from ..memory import BioMemory
 from ..records import Note
 from ..sessions import Session
 from ..timeparse import parse_timestamp
-from .auth import Caller, caller, maybe_caller
+from .auth import Caller, authorised, caller, maybe_caller
 from .errors import ApiError
 from .models import (
     AddBody,
@@ -57,7 +57,7 @@ def session_header(token: str | None = Header(None, alias=SESSION_HEADER, descri
     return token
 
 
-router = APIRouter(responses=ERRORS, dependencies=[Depends(session_header)])
+router = APIRouter(responses=ERRORS, dependencies=[Depends(session_header), Depends(authorised)])
 BODIES: list[type] = [SessionBody, AddBody, SearchBody, AskBody, UpdateBody, StepUpBody, EnrolBody]
 NoteId = Path(gt=0, lt=2**63, description="a note id")
 KEPT = {"response_model_exclude_unset": True}  # replies hold exactly the engine view's keys
@@ -125,7 +125,7 @@ def item(note: Note, event: str | None = None) -> dict[str, Any]:
 async def health(request: Request, who: Caller = Depends(maybe_caller)) -> dict[str, Any]:
     """Status and version; with an admin key also the store's counts, encoder, τ, LLM and policy."""
     reply: dict[str, Any] = {"status": "ok", "version": __version__}
-    if who.admin:
+    if access.allowed("rest:store counts", who.role):
         mem, amem = engine(request)
         reply["store"] = await amem.run(mem.overview)
     return reply
@@ -194,7 +194,6 @@ async def forget_me(request: Request, who: Caller = Depends(caller)) -> dict[str
 async def forget_identity(request: Request, identity_id: int = Path(gt=0, lt=2**63),
                           who: Caller = Depends(caller)) -> dict[str, Any]:
     """Erase an identity by id: notes, links, history, templates, index files (admin key)."""
-    who.require_admin("Forgetting by identity id")
     mem, amem = engine(request)
     try:
         erased = await amem.forget(identity=identity_id)
@@ -230,7 +229,7 @@ async def add(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]
         raise InvalidInputError(str(exc)) from None
     session = None
     if fields.identity is not None:
-        who.require_admin("Adding by identity id")
+        who.require("rest:add by identity id", "Adding by identity id")
         if body.probe is not None or request.headers.get(SESSION_HEADER):
             raise InvalidInputError("send an identity (admin import) or a probe / session, not both")
     else:
