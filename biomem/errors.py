@@ -6,6 +6,10 @@ The encoders' errors live in `modalities.errors` (so that `modalities` imports n
 
 from modalities.errors import (  # noqa: F401  (re-exported)
     BioMemError,
+    CorruptImageError,
+    ImageBombError,
+    ImageTooLargeError,
+    ImageTooSmallError,
     InvalidImageError,
     InvalidInputError,
     ModelUnavailableError,
@@ -15,6 +19,7 @@ from modalities.errors import (  # noqa: F401  (re-exported)
     PluginError,
     UnknownEncoderError,
     UnknownModalityError,
+    UnsupportedImageFormatError,
 )
 
 

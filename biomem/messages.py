@@ -10,9 +10,13 @@ from .errors import (
     AlreadyEnrolledError,
     AuthenticationError,
     BioMemError,
+    CorruptImageError,
     DuplicateLabelError,
     EnrolmentError,
     ForgetIncompleteError,
+    ImageBombError,
+    ImageTooLargeError,
+    ImageTooSmallError,
     InconsistentSamplesError,
     InvalidImageError,
     InvalidInputError,
@@ -29,6 +33,7 @@ from .errors import (
     StoreCorruptError,
     TooManyAttemptsError,
     UnknownIdentityError,
+    UnsupportedImageFormatError,
 )
 
 log = logging.getLogger("biomem.messages")
@@ -40,6 +45,13 @@ ERRORS: list[tuple[type[BaseException], str, str]] = [
     (MultipleFacesError, "More than one face",
      "The probe shows several faces, so the requester is ambiguous. One person at a time, please."),
     (NoPalmError, "No palm found", "No palm region was found in the probe: give a cropped palm image."),
+    (ImageBombError, "Image bomb refused", "A file that claims so many pixels is refused as an image bomb: "
+     "send the photo itself."),
+    (ImageTooLargeError, "Image too large", "Scale the photo down or crop it, then try again."),
+    (ImageTooSmallError, "Image too small", "Use a larger photo, with the face or palm in full view."),
+    (UnsupportedImageFormatError, "Unsupported image format",
+     "Convert it to JPEG or PNG (a phone can share or save its photos as JPEG)."),
+    (CorruptImageError, "Damaged image", "The file is an image but cut short or damaged: save or upload it again."),
     (InvalidImageError, "Not a usable image", "The file is not an image this encoder can read."),
     (ModalityMismatchError, "Wrong kind of probe", ""),
     (UnknownIdentityError, "Not recognised",
@@ -65,8 +77,9 @@ ERRORS: list[tuple[type[BaseException], str, str]] = [
     (InvalidInputError, "Invalid input", ""),
     (BioMemError, "Refused", ""),
 ]
-SELF_EXPLAINED = (NoFaceError, MultipleFacesError, NoPalmError, InvalidImageError, UnknownIdentityError,
-                  NoteNotFoundError)
+# entries whose line says all: the error's own text would add a decoder's internals, not a reason
+SELF_EXPLAINED = (NoFaceError, MultipleFacesError, NoPalmError, CorruptImageError, InvalidImageError,
+                  UnknownIdentityError, NoteNotFoundError)
 LOGGED_ONLY = (LLMError, ModelUnavailableError, StoreCorruptError, KeyUnavailableError,
                ForgetIncompleteError)  # their details name servers and paths
 
@@ -78,10 +91,10 @@ def readable(exc: BaseException) -> tuple[str, str]:
             if isinstance(exc, LOGGED_ONLY):
                 log.warning("%s: %s", exc.__class__.__name__, exc)
                 return title, message
-            if message and isinstance(exc, SELF_EXPLAINED):
+            if message and cls in SELF_EXPLAINED:
                 return title, message
-            detail = str(exc).replace("image bytes", "the image")
+            detail = str(exc)
             detail = detail[:1].upper() + detail[1:]
-            return title, f"{message} ({detail})" if message and detail else (message or detail)
+            return title, f"{detail.rstrip('.')}. {message}" if message and detail else (message or detail)
     return "Something went wrong", f"{exc.__class__.__name__}; the details are in the server log."
 

@@ -11,7 +11,27 @@ class InvalidInputError(BioMemError, ValueError):
 
 
 class InvalidImageError(InvalidInputError):
-    """A file or array that is not a decodable image, or one too small or too large to use."""
+    """A file or array that is not an image; its subclasses name the other reasons an image is refused."""
+
+
+class ImageTooLargeError(InvalidImageError):
+    """An image with more pixels than the decoder takes (modalities.images.MAX_PIXELS)."""
+
+
+class ImageBombError(ImageTooLargeError):
+    """A file whose header claims far more pixels than its bytes can hold: refused before any pixel is decoded."""
+
+
+class ImageTooSmallError(InvalidImageError):
+    """An image with a side too short to hold a usable face or palm."""
+
+
+class UnsupportedImageFormatError(InvalidImageError):
+    """An image in a format the decoder does not read (HEIC, JPEG XL, SVG): convert it to JPEG or PNG."""
+
+
+class CorruptImageError(InvalidImageError):
+    """A file that opens as an image but cannot be decoded: cut short or damaged."""
 
 
 class NoFaceError(InvalidInputError):
