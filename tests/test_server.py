@@ -35,6 +35,7 @@ from biomem.llamacpp import free_port
 from biomem.samples import group_photo_path
 from biomem.server import create_app, served
 from biomem.server.auth import loopback
+from biomem.server.probes import MAX_BODY
 from biomem.settings import Settings
 from modalities.palmsynth import palm_capture
 
@@ -339,12 +340,12 @@ def _bad_requests(faces) -> dict:
     blank = png(np.full((256, 256, 3), 128, np.uint8))
     text = {"text": "planted note"}
     return {
-        "oversized body": (413, "PayloadTooLarge", {"content": b"x" * (10 * 1024 * 1024 + 1),
+        "oversized body": (413, "PayloadTooLarge", {"content": b"x" * (MAX_BODY + 1),
                                                     "headers": {"content-type": "application/json"}}),
-        "oversized, chunked": (413, "PayloadTooLarge", {"content": iter([b" " * 1024 * 1024] * 11),
+        "oversized, chunked": (413, "PayloadTooLarge", {"content": iter([b" " * 1024 * 1024] * (MAX_BODY // 2**20 + 1)),
                                                         "headers": {"content-type": "application/json"}}),
         "oversized upload": (413, "PayloadTooLarge", {"data": text, "files": {
-            "probe": ("big.png", b"\x89PNG" + bytes(11 * 1024 * 1024), "image/png")}}),
+            "probe": ("big.png", b"\x89PNG" + bytes(MAX_BODY), "image/png")}}),
         "wrong content type": (415, "UnsupportedMediaType", {"content": b"text=hi",
                                                              "headers": {"content-type": "text/plain"}}),
         "malformed JSON": (422, "InvalidInputError", {"content": b'{"text": "x", ',

@@ -28,6 +28,8 @@ from starlette.datastructures import UploadFile
 from starlette.concurrency import run_in_threadpool
 from starlette.formparsers import MultiPartException, MultiPartParser
 
+from modalities.images import MAX_FILE_BYTES
+
 from ..errors import InvalidImageError, InvalidInputError, ModalityMismatchError
 from ..gate import Probe
 from ..memory import BioMemory
@@ -35,7 +37,7 @@ from .auth import Caller
 from .errors import ApiError, invalid
 from .models import ProbeData
 
-MAX_BODY = 10 * 1024 * 1024  # bytes of one request body (probes and enrolment images included)
+MAX_BODY = MAX_FILE_BYTES * 3 // 2  # bytes of one request body: one photo of the largest size as base64, and fields
 MAX_IMAGES = 10  # enrolment captures per request
 MAX_EMBEDDING = 8192  # values of a precomputed probe
 M = TypeVar("M", bound=BaseModel)

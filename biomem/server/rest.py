@@ -41,12 +41,12 @@ from .models import (
     StepUpBody,
     UpdateBody,
 )
-from .probes import Body, parse
+from .probes import MAX_BODY, Body, parse
 
 SESSION_HEADER = "X-Biomem-Session"
 ERRORS = {status: {"model": ErrorReply, "description": text} for status, text in {
     401: "no valid API key, or the session ended", 403: "wrong role, not recognised, or step-up failed",
-    413: "body over 10 MB", 415: "neither multipart, JSON nor a urlencoded form", 422: "bad input: image, face, modality, field",
+    413: f"body over {MAX_BODY // 2**20} MB", 415: "neither multipart, JSON nor a urlencoded form", 422: "bad input: image, face, modality, field",
     429: "too many non-matching probes (Retry-After)", 502: "the LLM did not answer",
     503: "an encoder is not available"}.items()}
 

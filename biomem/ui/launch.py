@@ -12,6 +12,8 @@ from unittest import mock
 
 import gradio as gr
 
+from modalities.images import MAX_FILE_BYTES
+
 from ..memory import BioMemory
 from ..settings import Settings
 from .layout import build_app
@@ -23,7 +25,7 @@ log = logging.getLogger("biomem.ui")
 # The page's privacy and look wherever it is served: launch() here, and mounted by `biomem serve`.
 PAGE_OPTIONS: dict[str, Any] = dict(
     run_history=False, enable_monitoring=False, mcp_server=False, ssr_mode=False, pwa=False, show_error=False,
-    footer_links=["api", "gradio", "settings"], max_file_size="10mb", theme=THEME, css=CSS)
+    footer_links=["api", "gradio", "settings"], max_file_size=MAX_FILE_BYTES, theme=THEME, css=CSS)
 
 
 def launch(page: gr.Blocks, settings: Settings | None = None, **overrides: Any) -> Any:
