@@ -13,8 +13,18 @@ import numpy as np
 import modalities
 
 from .encoders import EncoderCache
-from .enrolment import check_captures_fit, check_not_enrolled, check_one_person
+from .enrolment import (
+    FACE_TAKEN_MISSES,
+    check_captures_fit,
+    check_label,
+    check_not_enrolled,
+    check_one_person,
+    refusal,
+)
 from .errors import (
+    AlreadyEnrolledError,
+    DuplicateLabelError,
+    InconsistentSamplesError,
     InvalidInputError,
     ModalityMismatchError,
     StepUpRequiredError,
@@ -150,16 +160,20 @@ class Biometrics:
         return decided.pop() if len(decided) == 1 else None
 
     def enroll(self, label: str, samples: Iterable[Any], modality: str | None = None, *,
-               sample: bool = False) -> Identity:
+               sample: bool = False, client: Clients = None, admin: bool = False) -> Identity:
         """Create an identity from one or more captures (images or Probes of one modality).
 
-        Refused, with nothing written, when the samples do not all show one person
-        (InconsistentSamplesError), when that person is already enrolled
-        (AlreadyEnrolledError) or when the label is taken (DuplicateLabelError).
-        sample: mark a demo person, whom the "demo" disclosure may show.
+        Refused, with nothing written, when the label is blank, too long or holds hidden characters
+        (InvalidInputError), when the samples do not all show one person (InconsistentSamplesError),
+        when that person is already enrolled (AlreadyEnrolledError) or when the label is taken
+        (DuplicateLabelError). sample: mark a demo person, whom the "demo" disclosure may show.
+        client: a requester's keys for attempt limits: the enrolment is then a gated attempt (refused
+        before any encoding in a cool-down; each refusal a miss, an enrolled face FACE_TAKEN_MISSES),
+        and a taken label and an enrolled face are both EnrolmentRefusedError unless `admin` (the
+        caller holds an admin key or the admin page).
         """
-        if not isinstance(label, str) or not label.strip():
-            raise InvalidInputError("an identity needs a non-empty label")
+        label = check_label(label)
+        self.limiter.check(client)
         probes = [self.probe(s, modality) for s in self._as_list(samples)]
         if not probes:
             raise InvalidInputError("enrolment needs at least one sample")
@@ -169,11 +183,23 @@ class Biometrics:
         name = names.pop()
         tau = self.threshold(name)
         self._check_dims(probes)
-        check_one_person(probes, tau)
+        try:
+            check_one_person(probes, tau)
+        except InconsistentSamplesError:
+            self.limiter.miss(client)
+            raise
+        precise = client is None or admin
         with self._enrolling:
-            check_not_enrolled(self.gate, probes, tau)
-            return self.store.add_identity(label.strip(), name, np.stack([p.embedding for p in probes]),
-                                           sample=sample)
+            try:
+                check_not_enrolled(self.gate, probes, tau)
+            except AlreadyEnrolledError as exc:
+                self.limiter.miss(client, FACE_TAKEN_MISSES)
+                raise refusal(exc, precise=precise) from None
+            try:
+                return self.store.add_identity(label, name, np.stack([p.embedding for p in probes]), sample=sample)
+            except DuplicateLabelError as exc:
+                self.limiter.miss(client)
+                raise refusal(exc, precise=precise) from None
 
     def add_templates(self, identity_id: int, samples: Iterable[Any], modality: str | None = None, *,
                       probe: Any = None, client: Clients = None) -> None:

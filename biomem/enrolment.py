@@ -1,18 +1,70 @@
 """Enrolment integrity: one person, one identity, and nobody's captures under another name.
 
 Checked in the engine, so the UI, the CLI and the API all get the same rules:
+- a label is 1 to MAX_LABEL_CHARS characters with no control or invisible format character;
 - every pair of samples in one enrolment must match at τ (one person per enrolment);
 - a new enrolment must match nobody already enrolled (never says whom);
 - captures added to an identity must match its templates of that modality at τ (when it
   has some) and must match no other identity at τ or better than their own.
+
+An enrolment a requester makes (one with attempt-limit keys) is a gated attempt: a refusal by
+these checks, or by a taken label, is a miss for that client, and a face that already belongs
+to someone costs FACE_TAKEN_MISSES. A requester is told one thing for a taken label and for an
+enrolled face (EnrolmentRefusedError): which of the two collided would say whether that face,
+or that name, is enrolled. The operator in-process and an admin get the precise error.
 """
 
 from __future__ import annotations
 
+import unicodedata
+
 import numpy as np
 
-from .errors import AlreadyEnrolledError, EnrolmentError, InconsistentSamplesError
+from .errors import (
+    AlreadyEnrolledError,
+    DuplicateLabelError,
+    EnrolmentError,
+    EnrolmentRefusedError,
+    InconsistentSamplesError,
+    InvalidInputError,
+)
 from .gate import Gate, Probe
+
+MAX_LABEL_CHARS = 100
+# Unicode categories a label may not hold: controls, invisible format characters (bidirectional
+# overrides and isolates, zero-width spaces and joiners, the BOM), line and paragraph separators,
+# surrogates. Each makes a name display as something other than what it is.
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+# Misses a requester's enrolment costs when a sample matches someone enrolled: enrolling as an
+# existing person is an attack or a mistake, never a new person, so four such tries start a
+# cool-down at the default 20 misses (a taken label or inconsistent samples cost one).
+FACE_TAKEN_MISSES = 5
+REFUSED = ("nobody new was enrolled: this name or these captures are already in use. Choose another name; "
+           "if you are enrolled already, use your existing identity")
+
+
+def check_label(label: object) -> str:
+    """The label stripped; InvalidInputError for a blank, too long, or hidden-character label."""
+    if not isinstance(label, str) or not label.strip():
+        raise InvalidInputError("an identity needs a non-empty label")
+    label = label.strip()
+    if len(label) > MAX_LABEL_CHARS:
+        raise InvalidInputError(f"a name has at most {MAX_LABEL_CHARS} characters, this one has {len(label)}")
+    hidden = next((c for c in label if unicodedata.category(c) in HIDDEN_CATEGORIES), None)
+    if hidden is not None:
+        name = unicodedata.name(hidden, "a control character")
+        raise InvalidInputError(f"a name cannot hold control or invisible formatting characters (it holds "
+                                f"U+{ord(hidden):04X} {name}): they make a name display as something else")
+    return label
+
+
+def refusal(error: EnrolmentError, *, precise: bool) -> EnrolmentError:
+    """What a refused enrolment tells its caller: `error` itself when `precise` (the operator, an
+    admin, or a refusal that depends only on the samples), else the one EnrolmentRefusedError a taken
+    label and an enrolled face share."""
+    if precise or not isinstance(error, (AlreadyEnrolledError, DuplicateLabelError)):
+        return error
+    return EnrolmentRefusedError(REFUSED)
 
 
 def check_one_person(probes: list[Probe], tau: float) -> None:

@@ -63,6 +63,16 @@ class DuplicateLabelError(EnrolmentError):
     """Another identity already has this label (labels are unique, case-insensitive)."""
 
 
+class EnrolmentRefusedError(EnrolmentError):
+    """A requester's enrolment whose label is taken or whose samples match someone enrolled; which of
+    the two is said to the operator and admins only (biomem.enrolment)."""
+
+
+class TextTooLongError(InvalidInputError):
+    """A memory or a question longer than the engine takes (biomem.memory's MAX_NOTE_CHARS and
+    MAX_QUESTION_CHARS); nothing was stored."""
+
+
 class StepUpRequiredError(BioMemError, PermissionError):
     """A destructive or broad action needs a fresh probe that clears the stricter step-up τ
     (of every modality the identity enrolled)."""

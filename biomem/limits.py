@@ -105,20 +105,21 @@ class AttemptLimiter:
                 f"Too many probes from here matched nobody. Try again in about {minutes} minute"
                 f"{'s' if minutes != 1 else ''}.", retry_after=wait)
 
-    def miss(self, clients: str | Iterable[str] | None) -> None:
-        """Count one non-matching probe for every key of the client."""
+    def miss(self, clients: str | Iterable[str] | None, misses: int = 1) -> None:
+        """Count a non-matching probe (`misses` of them, for an attempt that weighs more) for every key
+        of the client."""
         digests = self._digests(clients) if self.limits is not None else {}
         if self.limits is None or not digests:
             return
         now = self.clock()
-        for client, end in self.store.attempt_miss(list(digests), now, self.limits):
+        for client, end in self.store.attempt_miss(list(digests), now, self.limits, misses):
             log.warning("client %s: %d misses in %.0f s, cool-down %.0f s", client_tag(digests[client]),
                         self.limits.misses, self.limits.window, end - now)
 
 
 def record_misses(execute: Callable[[str, list[Any]], Any], clients: list[str], now: float,
-                  limits: AttemptLimits) -> list[tuple[str, float]]:
-    """A store's attempt_miss: one miss for each client digest in the `attempts` and `cooldowns`
+                  limits: AttemptLimits, misses: int = 1) -> list[tuple[str, float]]:
+    """A store's attempt_miss: `misses` misses for each client digest in the `attempts` and `cooldowns`
     tables, through `execute(sql, params)` ("?" placeholders) inside the caller's transaction.
     Misses older than the window, and cool-downs over for longer than the longest one, are pruned
     on the way. Returns (client, end) of the clients whose misses started a cool-down."""
@@ -126,9 +127,10 @@ def record_misses(execute: Callable[[str, list[Any]], Any], clients: list[str], 
     execute("DELETE FROM cooldowns WHERE ends <= ?", [now - limits.max_cooldown])
     cooled = []
     for client in clients:
-        execute("INSERT INTO attempts (client, at) VALUES (?, ?)", [client, now])
-        (misses,) = execute("SELECT count(*) FROM attempts WHERE client = ?", [client]).fetchone()
-        if misses >= limits.misses:
+        for _ in range(misses):
+            execute("INSERT INTO attempts (client, at) VALUES (?, ?)", [client, now])
+        (counted,) = execute("SELECT count(*) FROM attempts WHERE client = ?", [client]).fetchone()
+        if counted >= limits.misses:
             row = execute("SELECT strikes FROM cooldowns WHERE client = ?", [client]).fetchone()
             strikes = (row[0] if row else 0) + 1
             end = now + limits.cooldown_for(strikes)

@@ -13,6 +13,7 @@ from .errors import (
     CorruptImageError,
     DuplicateLabelError,
     EnrolmentError,
+    EnrolmentRefusedError,
     ForgetIncompleteError,
     ImageBombError,
     ImageTooLargeError,
@@ -31,6 +32,7 @@ from .errors import (
     SessionExpiredError,
     StepUpRequiredError,
     StoreCorruptError,
+    TextTooLongError,
     TooManyAttemptsError,
     UnknownIdentityError,
     UnsupportedImageFormatError,
@@ -64,6 +66,7 @@ ERRORS: list[tuple[type[BaseException], str, str]] = [
     (AlreadyEnrolledError, "Already enrolled", ""),
     (InconsistentSamplesError, "Not one person", ""),
     (DuplicateLabelError, "Name taken", ""),
+    (EnrolmentRefusedError, "Not enrolled", ""),
     (EnrolmentError, "Captures refused", ""),
     (ForgetIncompleteError, "Not erased yet", "Your memories and templates are deleted, but another "
      "process is still reading the store, so their last bytes are not erased yet: the next forget or a restart "
@@ -74,6 +77,7 @@ ERRORS: list[tuple[type[BaseException], str, str]] = [
     (LLMError, "LLM unreachable", "The language model did not answer; the gate and retrieval worked. "
      "Try again later, or check BIOMEM_LLM / OPENAI_BASE_URL / OPENAI_API_KEY."),
     (StoreCorruptError, "Store unreadable", "The memory store cannot be read; the server log says why."),
+    (TextTooLongError, "Too long", ""),
     (InvalidInputError, "Invalid input", ""),
     (BioMemError, "Refused", ""),
 ]

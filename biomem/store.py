@@ -306,10 +306,11 @@ class Store(NoteRows, SealedTemplates):
             (end,) = self.db.execute(f"SELECT max(ends) FROM cooldowns WHERE client IN ({marks})", clients).fetchone()
         return max(0.0, (end or 0.0) - now)
 
-    def attempt_miss(self, clients: list[str], now: float, limits: AttemptLimits) -> list[tuple[str, float]]:
-        """One miss for each client digest; (client, end) of those it sent into a cool-down."""
+    def attempt_miss(self, clients: list[str], now: float, limits: AttemptLimits,
+                     misses: int = 1) -> list[tuple[str, float]]:
+        """`misses` misses for each client digest; (client, end) of those they sent into a cool-down."""
         with self.transaction() as db:
-            return record_misses(db.execute, clients, now, limits)
+            return record_misses(db.execute, clients, now, limits, misses)
 
     def api_key(self, digest: str) -> tuple[int, str, str] | None:
         """(id, name, role) of the unrevoked key with this digest, else None."""

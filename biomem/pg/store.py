@@ -309,9 +309,11 @@ class PostgresStore(PgNoteRows, SealedTemplates):
             (end,) = conn.execute("SELECT max(ends) FROM cooldowns WHERE client = ANY (%s)", [clients]).fetchone()
         return max(0.0, (end or 0.0) - now)
 
-    def attempt_miss(self, clients: list[str], now: float, limits: AttemptLimits) -> list[tuple[str, float]]:
+    def attempt_miss(self, clients: list[str], now: float, limits: AttemptLimits,
+                     misses: int = 1) -> list[tuple[str, float]]:
         with self.transaction() as conn:
-            return record_misses(lambda sql, params: conn.execute(sql.replace("?", "%s"), params), clients, now, limits)
+            return record_misses(lambda sql, params: conn.execute(sql.replace("?", "%s"), params), clients, now,
+                                 limits, misses)
 
     def api_key(self, digest: str) -> tuple[int, str, str] | None:
         with self.transaction() as conn:

@@ -27,6 +27,7 @@ from ..errors import (
     DisclosureError,
     DuplicateLabelError,
     EnrolmentError,
+    EnrolmentRefusedError,
     ForgetIncompleteError,
     InvalidInputError,
     KeyUnavailableError,
@@ -55,6 +56,7 @@ STATUS: list[tuple[type[BaseException], int]] = [
     (StepUpRequiredError, 403),
     (AlreadyEnrolledError, 409),
     (DuplicateLabelError, 409),
+    (EnrolmentRefusedError, 409),
     (EnrolmentError, 422),
     (InvalidInputError, 422),  # bad input, not an image, no face, two faces, wrong modality
     (LLMError, 502),

@@ -179,8 +179,10 @@ class Controller:
     # ---- enrolment and one's own notes ----------------------------------------------------------
 
     def enroll(self, label: str, files: list[Any] | None, capture: Any, encoder: str | None,
-               progress: Progress = _silent) -> str:
-        """Create an identity from uploaded images and/or a capture; each file deleted after use."""
+               progress: Progress = _silent, request: gr.Request | None = None) -> str:
+        """Create an identity from uploaded images and/or a capture; each file deleted after use. A gated
+        attempt of the requester's client (biomem.enrolment): refused in a cool-down before any encoding."""
+        client = self.clients(request)
         paths = [p for p in (files or []) if uploads.upload_path(p)] + ([capture] if uploads.upload_path(capture) else [])
         label, name = (label or "").strip(), encoder or self.mem.modality
         try:
@@ -188,6 +190,7 @@ class Controller:
                 raise fail("Give a name for the new identity.", "No name")
             if not paths:
                 raise fail("Give one or more images (upload or capture).", "No images")
+            self.mem.limiter.check(client)
             probes = []
             for n, path in enumerate(paths):
                 progress(n / len(paths), desc=f"Encoding image {n + 1} of {len(paths)}")
@@ -199,7 +202,7 @@ class Controller:
         finally:
             uploads.discard(paths)
         progress(1.0, desc="Checking and storing templates")
-        identity = self.mem.enroll(label, probes, modality=name)
+        identity = self.mem.enroll(label, probes, modality=name, client=client, admin=self.admin)
         return (f"Enrolled **{render.esc(identity.label)}** from {len(probes)} image(s) with `{name}`. "
                 "Add memories below, or ask in **Chat**.")
 

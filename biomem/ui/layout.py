@@ -178,9 +178,9 @@ def enrol_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None:
     message = gr.Markdown(elem_id="bm-enrol-message")
     result = gr.State(None)
 
-    def enrol(label: str, files: list[Any] | None, capture: Any, encoder: str | None,
+    def enrol(label: str, files: list[Any] | None, capture: Any, encoder: str | None, request: gr.Request,
               progress: gr.Progress = gr.Progress()) -> str:  # noqa: B008 - Gradio's idiom
-        return ui.enroll(label, files, capture, encoder, progress)
+        return ui.enroll(label, files, capture, encoder, progress, request)
 
     event = button.click(friendly(enrol), [label, files, capture, encoder], [result],
                          show_progress_on=[message], **PRIVATE, **RAW)

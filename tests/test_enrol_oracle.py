@@ -1,0 +1,194 @@
+"""Enrolment is a gated attempt (issue 24): it must not answer "is this face enrolled?" or "does this
+name exist?" more often, or more precisely, than a probe may.
+
+Before: a taken label answered "Name taken" when the face matched nobody and "Already enrolled" when it
+matched someone, as often as a client liked, with no miss counted. Now each refusal is a miss for the
+client, an enrolled face costs FACE_TAKEN_MISSES, and a requester gets one refusal for both causes;
+the operator in-process and an admin key still get the precise one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from pathlib import Path
+from types import SimpleNamespace
+
+import gradio as gr
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from biomem.enrolment import FACE_TAKEN_MISSES
+from biomem.errors import (
+    AlreadyEnrolledError,
+    BioMemError,
+    DuplicateLabelError,
+    EnrolmentRefusedError,
+    InconsistentSamplesError,
+    TooManyAttemptsError,
+)
+from biomem.keys import create_key
+from biomem.limits import AttemptLimiter, AttemptLimits
+from biomem.messages import readable
+from biomem.server import create_app
+from biomem.settings import Settings
+from biomem.ui.controller import Controller
+from biomem.ui.messages import friendly
+
+from .conftest import BOTH_STORES
+
+ANA, BEN, CARA = 0, 1, 2  # CARA is never enrolled
+ANA_LABEL = "Anastasia Quellmark"
+FACE = "face-arcface-s"
+TRIES = 100
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def limited(make_memory, face_probe):
+    """Ana enrolled; the default attempt limits (20 misses in 10 minutes) on a clock that stands still."""
+    mem = make_memory()
+    ana = mem.enroll(ANA_LABEL, [face_probe(ANA, 0), face_probe(ANA, 1)])
+    mem.limiter = AttemptLimiter(AttemptLimits(), mem.store, clock=FakeClock())
+    return mem, ana
+
+
+def admitted(attempt) -> int:
+    """How many of TRIES calls of `attempt` ran at all (were not refused as too many attempts)."""
+    ran = 0
+    for _ in range(TRIES):
+        try:
+            attempt()
+        except TooManyAttemptsError:
+            continue
+        except BioMemError:
+            pass
+        ran += 1
+    return ran
+
+
+@BOTH_STORES
+def test_enrolment_tries_are_throttled_within_the_budget_of_probes(limited, face_probe):
+    mem, ana = limited
+    budget = AttemptLimits().misses
+    before = mem.store.counts()
+    probes = admitted(lambda: mem.identify(face_probe(CARA, 0), client="prober"))
+    names = admitted(lambda: mem.enroll(ANA_LABEL.upper(), [face_probe(CARA, 0)], client="name-guesser"))
+    faces = admitted(lambda: mem.enroll("Someone New", [face_probe(ANA, 2)], client="face-tester"))
+    mixed = admitted(lambda: mem.enroll("Visitor", [face_probe(CARA, 0), face_probe(BEN, 0)], client="mixer"))
+    assert probes == budget == 20
+    assert names == budget  # each taken name is a miss: existing names cost what probes cost
+    assert faces == budget // FACE_TAKEN_MISSES == 4  # someone else's face costs five misses
+    assert mixed == budget  # two people in one enrolment: a free 1:1 comparator, limited as well
+    assert mem.store.counts() == before and [i.label for i in mem.identities()] == [ANA_LABEL]
+    with pytest.raises(TooManyAttemptsError):  # a client in cool-down is refused before any encoding
+        mem.enroll("Fresh Name", [np.full((200, 200, 3), 127, np.uint8)], client="face-tester")
+    assert mem.identify(face_probe(ANA, 2), client="ana-phone").identity == ana.id  # others are unaffected
+    assert mem.enroll("Cara", [face_probe(CARA, 0)], client="cara-phone").label == "Cara"
+
+
+def test_a_requester_cannot_tell_a_taken_name_from_an_enrolled_face(limited, face_probe):
+    mem, ana = limited
+    with pytest.raises(EnrolmentRefusedError) as name:
+        mem.enroll(ANA_LABEL.lower(), [face_probe(CARA, 0)], client="a")
+    with pytest.raises(EnrolmentRefusedError) as face:
+        mem.enroll("Someone New", [face_probe(ANA, 2)], client="b")
+    with pytest.raises(EnrolmentRefusedError) as both:
+        mem.enroll(ANA_LABEL, [face_probe(ANA, 2)], client="c")
+    assert str(name.value) == str(face.value) == str(both.value)
+    assert readable(name.value) == readable(face.value)
+    assert ANA_LABEL.casefold() not in str(name.value).casefold() and str(ana.id) not in str(name.value)
+    # The operator in-process, and an admin, are told which one collided.
+    with pytest.raises(DuplicateLabelError):
+        mem.enroll(ANA_LABEL, [face_probe(CARA, 0)])
+    with pytest.raises(AlreadyEnrolledError):
+        mem.enroll("Someone New", [face_probe(ANA, 2)])
+    with pytest.raises(DuplicateLabelError):
+        mem.enroll(ANA_LABEL, [face_probe(CARA, 0)], client="admin-desk", admin=True)
+    with pytest.raises(AlreadyEnrolledError):
+        mem.enroll("Someone New", [face_probe(ANA, 2)], client="admin-desk", admin=True)
+    with pytest.raises(InconsistentSamplesError):  # about the samples alone: precise for everyone
+        mem.enroll("Visitor", [face_probe(CARA, 0), face_probe(BEN, 0)], client="d")
+
+
+# ---- the surfaces: REST with an agent key and the page's controller --------------------------------
+
+
+def png(image: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def api(limited):
+    """REST over the limited store with an agent and an admin key (TestClient: no socket, no port)."""
+    mem, ana = limited
+    keys = {role: create_key(mem.store, role, role)[0] for role in ("agent", "admin")}
+    app = create_app(mem, dataclasses.replace(Settings.from_env(), host="127.0.0.1"), ui=False, mcp=False)
+    with TestClient(app, base_url="http://127.0.0.1") as http:
+        def enrol(label: str, image: np.ndarray, role: str = "agent"):
+            return http.post("/v1/identities", headers={"Authorization": f"Bearer {keys[role]}"},
+                             data={"label": label}, files=[("images", ("capture.png", png(image), "image/png"))])
+        yield SimpleNamespace(mem=mem, enrol=enrol)
+
+
+def test_rest_replies_for_a_taken_name_and_an_enrolled_face_are_byte_identical_for_an_agent(api, capture):
+    taken = api.enrol(ANA_LABEL, capture(CARA, 0))
+    enrolled = api.enrol("Someone New", capture(ANA, 2))
+    assert taken.status_code == enrolled.status_code == 409
+    assert taken.content == enrolled.content
+    assert taken.json()["error"]["type"] == "EnrolmentRefusedError" and ANA_LABEL not in taken.text
+    admin_taken = api.enrol(ANA_LABEL, capture(CARA, 0), role="admin")
+    admin_enrolled = api.enrol("Someone New", capture(ANA, 2), role="admin")
+    assert (admin_taken.json()["error"]["type"], admin_enrolled.json()["error"]["type"]) == \
+        ("DuplicateLabelError", "AlreadyEnrolledError")
+    assert [i.label for i in api.mem.identities()] == [ANA_LABEL]
+
+
+def test_rest_enrolment_tries_end_in_429(api, capture):
+    statuses = [api.enrol("Someone New", capture(ANA, 2)).status_code for _ in range(6)]
+    assert statuses == [409] * (AttemptLimits().misses // FACE_TAKEN_MISSES) + [429] * 2
+
+
+def upload(cache: Path, image: np.ndarray, name: str) -> str:
+    """A file where Gradio puts an upload: its own folder inside the upload cache."""
+    folder = cache / name
+    folder.mkdir()
+    Image.fromarray(image).save(folder / f"{name}.png")
+    return str(folder / f"{name}.png")
+
+
+def page_request(session: str) -> gr.Request:
+    """What Gradio hands a handler: the tab's session and the browser's address."""
+    return gr.Request(session_hash=session, client=SimpleNamespace(host="198.51.100.20"), headers={})
+
+
+def test_page_replies_for_a_taken_name_and_an_enrolled_face_are_identical(limited, capture, tmp_path, monkeypatch):
+    mem, _ = limited
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))
+    page = Controller(mem, admin=False)
+    replies = []
+    for n, (label, image) in enumerate([(ANA_LABEL, capture(CARA, 0)), ("Someone New", capture(ANA, 2))]):
+        with pytest.raises(gr.Error) as refused:
+            friendly(page.enroll)(label, [upload(tmp_path, image, f"enrol{n}")], None, FACE,
+                                  request=page_request(f"tab-{n}"))
+        replies.append((refused.value.title, refused.value.message))
+    assert replies[0] == replies[1] and replies[0][0] == "Not enrolled" and ANA_LABEL not in replies[0][1]
+    admin = Controller(mem, admin=True)
+    titles = []
+    for n, (label, image) in enumerate([(ANA_LABEL, capture(CARA, 0)), ("Someone New", capture(ANA, 2))]):
+        with pytest.raises(gr.Error) as refused:
+            friendly(admin.enroll)(label, [upload(tmp_path, image, f"admin{n}")], None, FACE,
+                                   request=page_request("operator"))
+        titles.append(refused.value.title)
+    assert titles == ["Name taken", "Already enrolled"]
