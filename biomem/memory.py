@@ -25,19 +25,25 @@ from .agent import MemoryAgent
 from .biometrics import Biometrics, Clients
 from .disclosure import DISCLOSURES, gate_view, kept_out_view, people_view
 from .encoders import EncoderCache
-from .errors import DisclosureError, InvalidInputError, StoreCorruptError, UnknownIdentityError
+from .errors import DisclosureError, InvalidInputError, StoreCorruptError, TextTooLongError, UnknownIdentityError
 from .gate import FUSIONS, POLICIES, Gate, GateResult
 from .limits import AttemptLimiter, AttemptLimits
-from .llm import LLM, answer_prompt, make_llm
+from .llm import LLM, answer_prompt, fit_notes, make_llm
 from .records import Note, check_id
 from .results import Answer, SearchResult
 from .sessions import DEFAULT_TTL, Session, Sessions
-from .settings import Settings
+from .settings import MIN_PROMPT_TOKENS, Settings
 from .storage import MemoryStore, is_postgres, open_store, sqlite_path
 from .textenc import TextEncoder, default_onnx_cache
 from .timeparse import parse_timestamp
 
 DEFAULT_ENCODER = "face-arcface-s"  # the paper's face encoder (ArcFace, insightface buffalo_s)
+# A memory is refused past MAX_NOTE_CHARS characters rather than split: a split would make one text
+# several notes that the LLM analyses, links and evolves apart, and one add would return many ids.
+# 2,000 characters is a long paragraph (LoCoMo's longest turn is 454); the text encoder reads about
+# the first 1,000 of it anyway. A question or query is refused past MAX_QUESTION_CHARS.
+MAX_NOTE_CHARS = 2_000
+MAX_QUESTION_CHARS = 1_000
 
 
 class BioMemory(Biometrics):
@@ -59,6 +65,8 @@ class BioMemory(Biometrics):
         "demo" on a Space); "demo" on a store with real enrolments needs force_disclosure=True.
     limits: attempt limits per client (default $BIOMEM_ATTEMPTS or 20 misses per 10 minutes),
         "off" for none; they apply to calls that pass client=.
+    prompt_tokens: the answer prompt's budget in the text encoder's word pieces (default
+        $BIOMEM_PROMPT_TOKENS or 4,096): the lowest-ranked notes are left out first (Answer.omitted).
     key: the 32-byte template key (default $BIOMEM_KEY or the key file, see biomem.sealing).
     settings: where the $-defaults above come from (biomem.settings); default Settings.from_env(),
         read once here. Explicit arguments win over it.
@@ -74,7 +82,8 @@ class BioMemory(Biometrics):
                  policy: str = "best", fusion: str = "all", k: int = 10,
                  hnsw_threshold: int | None = None, disclosure: str | None = None,
                  force_disclosure: bool = False, limits: AttemptLimits | str | None = None,
-                 key: bytes | None = None, settings: Settings | None = None) -> None:
+                 prompt_tokens: int | None = None, key: bytes | None = None,
+                 settings: Settings | None = None) -> None:
         if policy not in POLICIES:
             raise InvalidInputError(f"policy must be one of {POLICIES}, got {policy!r}")
         if fusion not in FUSIONS:
@@ -102,6 +111,7 @@ class BioMemory(Biometrics):
             self.store.set_meta("default_modality", self.modality)
         self.policy = policy
         self.k = check_k(k)
+        self.prompt_tokens = check_budget(settings.prompt_tokens if prompt_tokens is None else prompt_tokens)
         self.gate = Gate(self.store)
         self.partitions = self.store.search_index(self.text.dim, hnsw_threshold=hnsw_threshold)
         self.llm = make_llm(llm, self.text, settings)
@@ -166,17 +176,11 @@ class BioMemory(Biometrics):
 
     # ---- memories -----------------------------------------------------------------------------
 
-    @staticmethod
-    def _check_text(text: Any) -> str:
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidInputError("a memory needs non-empty text")
-        return text.strip()
-
     def add(self, text: str, *, identity: int | None = None, probe: Any = None,
             timestamp: Any = None, client: Clients = None, infer: bool = True) -> Note:
         """Remember `text` for `identity` (trusted import) or for whoever `probe` matches;
         infer=False stores the text as given (embedded; no LLM analysis, links or evolution)."""
-        text = self._check_text(text)
+        text = check_note(text)
         when = parse_timestamp(timestamp)
         if (identity is None) == (probe is None):
             raise InvalidInputError("add() takes exactly one of identity= or probe=")
@@ -188,7 +192,7 @@ class BioMemory(Biometrics):
                  batch_size: int = 256) -> list[int]:
         """Trusted bulk import of one owner's history, embedded in batches; returns note ids."""
         owner = self.store.identity(identity).id
-        texts = [self._check_text(t) for t in texts]
+        texts = [check_note(t) for t in texts]
         stamps = [parse_timestamp(t) for t in (timestamps or [None] * len(texts))]
         if len(stamps) != len(texts):
             raise InvalidInputError("add_many needs one timestamp per text")
@@ -245,7 +249,7 @@ class BioMemory(Biometrics):
 
     def _query_vector(self, query: str | np.ndarray) -> np.ndarray:
         if isinstance(query, str):
-            return self.text.encode_one(self._check_text(query))
+            return self.text.encode_one(check_question(query))
         vector = np.asarray(query, dtype=np.float32) if isinstance(query, (np.ndarray, list, tuple)) else None
         if vector is None or vector.shape != (self.text.dim,) or not np.isfinite(vector).all() \
                 or not np.any(vector):
@@ -302,10 +306,13 @@ class BioMemory(Biometrics):
     def _answer(self, gate: GateResult, question: str, vector: np.ndarray, retrieve: np.ndarray, *,
                 k: int | None, links: int, temporal: bool) -> Answer:
         result = self.search_as(gate, retrieve, k=k, links=links)
-        notes = [n for n, _ in result.notes] + [n for n, _ in result.linked]
-        return Answer(text=self.llm.answer(question, notes, temporal, vector), notes=result.notes,
+        ranked = [n for n, _ in result.notes] + [n for n, _ in result.linked]  # hits by score, then links
+        notes = fit_notes(question, ranked, temporal, self.prompt_tokens, self.text.count_tokens)
+        hits = result.notes[:len(notes)]
+        return Answer(text=self.llm.answer(question, notes, temporal, vector), notes=hits,
                       gate=result.gate, prompt=answer_prompt(question, notes, temporal),
-                      gated_out=result.gated_out, view=result.view, linked=result.linked)
+                      gated_out=result.gated_out, view=result.view, linked=result.linked[:len(notes) - len(hits)],
+                      omitted=len(ranked) - len(notes))
 
     def get(self, note_id: int, *, probe: Any, client: Clients = None) -> Note:
         """One of the requester's notes (another owner's id raises NoteNotFoundError)."""
@@ -318,7 +325,7 @@ class BioMemory(Biometrics):
 
     def update(self, note_id: int, text: str, *, probe: Any, client: Clients = None) -> Note:
         """Rewrite one of the requester's notes (step-up probe; analysed and embedded again)."""
-        note_id, text = check_id(note_id), self._check_text(text)
+        note_id, text = check_id(note_id), check_note(text)
         owner = self.verify(probe, "Changing a note", client=client)
         note = self.agent.rewrite(owner, note_id, text)
         self.llm.drop_owner(owner)
@@ -366,6 +373,34 @@ class BioMemory(Biometrics):
                                for m in sorted({self.modality, *self.store.modalities(), *self.store.calibrated()})},
                 "text_model": self.text.name, "llm": self.llm.name, "policy": self.policy,
                 "disclosure": self.disclosure}
+
+
+def check_text(text: Any, limit: int, what: str, advice: str) -> str:
+    """`text` stripped; InvalidInputError when it is not a non-blank string, TextTooLongError past `limit`."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInputError(f"a {what} needs non-empty text")
+    text = text.strip()
+    if len(text) > limit:
+        raise TextTooLongError(f"a {what} has at most {limit:,} characters and this one has {len(text):,}: {advice}")
+    return text
+
+
+def check_note(text: Any) -> str:
+    """A memory's text, stripped; refused when blank or longer than MAX_NOTE_CHARS."""
+    return check_text(text, MAX_NOTE_CHARS, "memory", "split it into several memories")
+
+
+def check_question(text: Any) -> str:
+    """A question's or query's text, stripped; refused when blank or longer than MAX_QUESTION_CHARS."""
+    return check_text(text, MAX_QUESTION_CHARS, "question or query", "ask something shorter")
+
+
+def check_budget(tokens: Any) -> int:
+    """The answer prompt's budget as an int of at least MIN_PROMPT_TOKENS; InvalidInputError otherwise."""
+    if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < MIN_PROMPT_TOKENS:
+        raise InvalidInputError(f"prompt_tokens is the answer prompt's budget in word pieces, an integer of at "
+                                f"least {MIN_PROMPT_TOKENS}; got {tokens!r}")
+    return int(tokens)
 
 
 def check_links(links: Any) -> int:

@@ -33,8 +33,9 @@ class SearchResult:
 
 @dataclass
 class Answer:
-    """An answer, the notes it was allowed to read (hits, then linked notes with the hit they came
-    from), the gate decision and the exact prompt."""
+    """An answer, the notes it read (hits, then linked notes with the hit they came from), the gate
+    decision and the exact prompt. `omitted`: retrieved notes left out of the prompt, lowest-ranked
+    first, to keep it within its token budget (BioMemory's prompt_tokens)."""
 
     text: str
     notes: list[tuple[Note, float]]
@@ -43,7 +44,8 @@ class Answer:
     gated_out: int = 0
     view: dict[str, Any] = field(default_factory=dict)
     linked: list[tuple[Note, int]] = field(default_factory=list)
+    omitted: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"answer": self.text, "results": [note_view(n, s) for n, s in self.notes], **linked_view(self.linked),
-                **self.view}
+                "omitted": self.omitted, **self.view}

@@ -39,6 +39,10 @@ T = TypeVar("T")
 Environ = Mapping[str, str]
 
 DEFAULT_TEXT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+# The answer prompt's budget in the text encoder's word pieces: an 8,192-token model keeps room for the
+# answer and for a tokenizer that cuts finer; at least enough for a question and one note.
+DEFAULT_PROMPT_TOKENS = 4_096
+MIN_PROMPT_TOKENS = 256
 ENGINE, CLI, APP, SERVE = "engine", "CLI", "app", "serve"  # serve: `biomem serve`
 EVERYWHERE = (ENGINE, CLI, APP)
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -113,6 +117,12 @@ def llm_spec(spec: str) -> tuple[str, str]:
 def _llm(text: str) -> str:
     llm_spec(text)
     return text
+
+
+def _prompt_tokens(text: str) -> int:
+    if not text.isdigit() or int(text) < MIN_PROMPT_TOKENS:
+        raise ValueError(f"a whole number of word pieces, at least {MIN_PROMPT_TOKENS}")
+    return int(text)
 
 
 def _taus(text: str) -> dict[str | None, float]:
@@ -205,6 +215,11 @@ class Settings:
         ("BIOMEM_ATTEMPTS",), "attempt limits per client: `MISSES/WINDOW[/COOLDOWN]` seconds, or `off`",
         "`20/600/60`, cool-down doubling", (ENGINE, APP),
         lambda env: _parsed(env, "BIOMEM_ATTEMPTS", AttemptLimits.parse, AttemptLimits()), argument="`limits=`")
+    prompt_tokens: int = _setting(
+        ("BIOMEM_PROMPT_TOKENS",), "budget of the answer prompt in the text encoder's word pieces: the "
+        "lowest-ranked notes are left out first, and the answer says how many (`omitted`)",
+        f"`{DEFAULT_PROMPT_TOKENS}`", EVERYWHERE, lambda env: _parsed(env, "BIOMEM_PROMPT_TOKENS", _prompt_tokens, DEFAULT_PROMPT_TOKENS),
+        argument="`prompt_tokens=`")
     tau: dict[str | None, float] = _setting(
         ("BIOMEM_TAU",), "τ stored at start-up, e.g. `face-arcface-s=0.43,palm-compcode=0.3`; "
         "a bare number is the default encoder's", "the stored τ", (CLI, APP),

@@ -106,6 +106,12 @@ class TextEncoder:
         """Embed one text as a unit-norm vector."""
         return self.encode([text])[0]
 
+    def count_tokens(self, text: str) -> int:
+        """Word pieces of `text` in this encoder's tokenizer, untruncated: the unit of the answer prompt's
+        budget, a proxy for an LLM's tokens (the evaluation reports prompt sizes in it too)."""
+        with self._lock:
+            return len(self.model.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+
     def word_vectors(self, words: list[str]) -> np.ndarray:
         """Unit-norm static vectors of `words` (mean of their word-piece input embeddings).
 

@@ -37,6 +37,8 @@ MAX_FILE_BYTES = 32 * 1024 * 1024  # the largest image file the page and the API
 _REDUCIBLE = ("L", "LA", "RGB", "RGBA")  # modes Image.reduce averages correctly (not palettes, not 1-bit)
 _WHITE = (255, 255, 255)
 _HEAD = 1024  # bytes sniffed for a format Pillow does not read
+# Photo formats only: Pillow's other plugins (EPS runs Ghostscript, PSD, ICNS, ...) never see a probe.
+FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "TIFF", "GIF")
 _FTYP_BRANDS = {b"heic": "HEIC", b"heix": "HEIC", b"hevc": "HEIC", b"hevx": "HEIC", b"heim": "HEIC",
                 b"heis": "HEIC", b"mif1": "HEIF", b"msf1": "HEIF", b"avif": "AVIF", b"avis": "AVIF"}
 
@@ -69,7 +71,7 @@ def _decode(stream: BinaryIO, size: int, what: str, max_pixels: int, min_side: i
         with warnings.catch_warnings():
             # We enforce our own pixel limit below; PIL's warning would only be noise.
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            image = Image.open(stream)
+            image = Image.open(stream, formats=FORMATS)
     except Image.DecompressionBombError:
         raise ImageBombError(f"{what} claims more than {2 * Image.MAX_IMAGE_PIXELS:,} pixels; it was not decoded "
                              f"(the limit is {max_pixels / 1e6:g} Mpx)") from None
@@ -80,7 +82,8 @@ def _decode(stream: BinaryIO, size: int, what: str, max_pixels: int, min_side: i
             raise UnsupportedImageFormatError(f"{what} is a {kind} image, a format this decoder does not read") \
                 from None
         if isinstance(exc, UnidentifiedImageError):
-            raise InvalidImageError(f"{what} is not an image in a format Pillow can read") from None
+            raise InvalidImageError(f"{what} is not an image of a kind taken here "
+                                    f"({', '.join(FORMATS[:-1])} or {FORMATS[-1]})") from None
         raise InvalidImageError(f"{what} cannot be opened as an image: {exc}") from None
     with image:
         pixels = image.width * image.height

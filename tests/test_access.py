@@ -71,7 +71,6 @@ def test_every_route_opens_only_for_its_role(keyed):
     mem, app, keys, http = keyed
     before = mem.store.counts()
     for door, route in rest_doors().items():
-        need = access.required(door)
         method = next(iter(route.methods - {"HEAD"})) if len(route.methods - {"HEAD"}) == 1 else "POST"
         path = "/v1" + route.path.replace("{identity_id}", "999").replace("{note_id}", "1").replace("{path:path}", "nowhere")
         for role, headers in (("public", {}), *((r, {"Authorization": f"Bearer {k}"}) for r, k in keys.items())):

@@ -277,3 +277,19 @@ def test_8000_by_8000_is_the_largest_image_taken():
     with pytest.raises(ImageTooLargeError, match="over the limit of 64 Mpx"):
         load_image(white_png(8001, 8000))
     assert load_image(white_png(8000, 8000)).shape == (4000, 4000, 3)
+
+
+def test_only_photo_formats_are_opened():
+    """Pillow's other plugins never see a probe: an EPS (which Ghostscript would render) or an icon is
+    refused from its header, with the formats that are taken."""
+    eps = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 100 100\nshowpage\n"
+    icon = io.BytesIO()
+    Image.new("RGB", (64, 64), (90, 90, 90)).save(icon, "ICO")
+    for data in (eps, icon.getvalue()):
+        with mock.patch.object(ImageFile.ImageFile, "load", side_effect=AssertionError("decoded")), \
+                pytest.raises(InvalidImageError, match=r"not an image .*\(JPEG, PNG, WEBP, BMP, TIFF or GIF\)"):
+            load_image(data)
+    for kind in ("JPEG", "PNG", "WEBP", "BMP", "TIFF", "GIF"):
+        photo = io.BytesIO()
+        Image.new("RGB", (64, 64), (90, 90, 90)).save(photo, kind)
+        assert load_image(photo.getvalue()).shape == (64, 64, 3)

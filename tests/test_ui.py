@@ -61,7 +61,7 @@ def test_the_status_lists_people_only_when_the_disclosure_does():
             "policy": "best", "samples": None}
     assert "4 people · 12 memories" in render.status_html(view) and "Ana" not in render.status_html(view)
     shown = render.status_html({**view, "samples": [{"label": "<b>Ana</b>", "notes": 5}]})
-    assert "&lt;b&gt;Ana&lt;/b&gt; (5)" in shown and "<b>Ana</b>" not in shown
+    assert "<bdi>&lt;b&gt;Ana&lt;/b&gt;</bdi> (5)" in shown and "<b>Ana</b>" not in shown
 
 
 @pytest.mark.parametrize("error,title,words", [

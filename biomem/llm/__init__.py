@@ -45,6 +45,7 @@ from .prompts import (
     NOT_MENTIONED,
     TEMPORAL_ANSWER_PROMPT,
     answer_prompt,
+    fit_notes,
     serialize_notes,
 )
 
@@ -70,5 +71,5 @@ __all__ = [
     "KEYWORDS_PROMPT", "LLM", "NOT_MENTIONED", "NO_CONTEXT_PROMPT", "NO_MEMORY_ANSWER", "SMOLLM2_GGUF",
     "TAG_VOCABULARY", "TASKS", "TEMPORAL_ANSWER_PROMPT", "CallStats", "ChatLLM", "Draft", "Evolution",
     "HFChat", "NoteMeta", "OfflineLLM", "OpenAIChat", "QueryKeywords", "answer_prompt", "extract_json",
-    "make_llm", "parse_json_reply", "serialize_notes", "smollm2_gguf", "spoken_date",
+    "fit_notes", "make_llm", "parse_json_reply", "serialize_notes", "smollm2_gguf", "spoken_date",
 ]

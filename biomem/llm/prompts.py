@@ -3,7 +3,7 @@ short answer, the latter with one added sentence that lets the model say NOT_MEN
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..records import Note
 
@@ -93,3 +93,24 @@ def answer_prompt(question: str, notes: Sequence[Note], temporal: bool = False) 
         return NO_CONTEXT_PROMPT.format(question=question)
     template = TEMPORAL_ANSWER_PROMPT if temporal else ANSWER_PROMPT
     return template.format(context=serialize_notes(notes), question=question, not_mentioned=NOT_MENTIONED)
+
+
+def fit_notes(question: str, notes: Sequence[Note], temporal: bool, budget: int,
+              count: Callable[[str], int]) -> list[Note]:
+    """The longest head of `notes` (best-ranked first) whose answer prompt is at most `budget` tokens
+    by `count`: the lowest-ranked notes are left out first, never one above a note that stays. A prompt
+    of fewer UTF-8 bytes than `budget` is not counted: a word piece spans at least one byte."""
+    whole = answer_prompt(question, notes, temporal)
+    if len(whole.encode()) < budget or count(whole) <= budget:
+        return list(notes)
+    template = TEMPORAL_ANSWER_PROMPT if temporal else ANSWER_PROMPT
+    used = count(template.format(context="", question=question, not_mentioned=NOT_MENTIONED))
+    kept: list[Note] = []
+    for note in notes:  # each note is one line of the context: their counts add up
+        used += count(serialize_notes([note]))
+        if used > budget:
+            break
+        kept.append(note)
+    while kept and count(answer_prompt(question, kept, temporal)) > budget:  # the whole prompt decides
+        kept.pop()
+    return kept

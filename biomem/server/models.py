@@ -171,6 +171,8 @@ class AnswerReply(SearchReply):
     """Answer.as_dict(): the answer and the notes it could read."""
 
     answer: str
+    omitted: int | None = Field(None, description="retrieved notes left out of the prompt, lowest-ranked first, "
+                                                   "to keep it within its token budget")
 
 
 class HistoryItem(Reply):

@@ -97,7 +97,8 @@ class Controller:
         answer = self.mem.ask(question, probe=probe, client=client)
         view = answer.as_dict()
         return {"kind": "answer", "question": question, "answer": answer.text, "gate": view["gate"],
-                "notes": view["results"], "gated_out": view["gated_out"], "prompt": answer.prompt}
+                "notes": view["results"], "gated_out": view["gated_out"], "omitted": answer.omitted,
+                "prompt": render.visible(answer.prompt)}
 
     def ask(self, question: str, probe: Any, encoder: str | None = None,
             request: gr.Request | None = None) -> dict[str, Any]:

@@ -1,17 +1,58 @@
 """Pure rendering: engine results (plain dicts, as the public API returns them) to HTML, chat
-messages and table rows. No engine calls, no policy: what a dict holds is what may be shown."""
+messages and table rows. No engine calls, no policy: what a dict holds is what may be shown.
+
+Text a person typed (notes, labels, questions, and answers made from them) is shown as it is, except
+that control and invisible format characters are written out (`visible`): a right-to-left override
+would make "evil" read "live", a zero-width space hide inside a word. In HTML it is also isolated
+(<bdi>), so right-to-left text cannot reorder what surrounds it, and a long note shows its head with
+a <details> to open the rest.
+"""
 
 from __future__ import annotations
 
 import html
+import unicodedata
 from datetime import datetime
 from typing import Any
 
+from ..enrolment import HIDDEN_CATEGORIES
+
 MAX_SCORE_ROWS = 8  # identities listed in a gate panel (the rest are summarised)
+PREVIEW_CHARS = 280  # a longer note is shown shortened, with a way to open it
+SHOWN_AS_IS = "\n\t"  # the controls text may hold: line breaks and tabs
+
+
+def visible(value: Any) -> str:
+    """`value` as text with each control or invisible format character (bidirectional overrides and
+    isolates, zero-width spaces and joiners, the BOM, line separators) written out as ⟨U+202E⟩."""
+    return "".join(f"⟨U+{ord(c):04X}⟩" if c not in SHOWN_AS_IS and unicodedata.category(c) in HIDDEN_CATEGORIES
+                   else c for c in str(value))
 
 
 def esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    """`value` for HTML or Markdown: escaped, hidden characters written out."""
+    return html.escape(visible(value), quote=True)
+
+
+def isolated(value: Any) -> str:
+    """A person's text inside HTML: escaped, hidden characters written out, in its own direction."""
+    return f"<bdi>{esc(value)}</bdi>"
+
+
+def long_text(text: str) -> str:
+    """A note's text in HTML: whole when short, else its head with a <details> that opens the whole."""
+    if len(text) <= PREVIEW_CHARS:
+        return isolated(text)
+    return (f"<details class='bm-long'><summary>{isolated(text[:PREVIEW_CHARS])}… <span class='bm-more'>"
+            f"(show all {len(text):,} characters)</span></summary>{isolated(text)}</details>")
+
+
+def shortened(text: str) -> str:
+    """A note's text in a chat message (Markdown, no <details>): hidden characters written out, and past
+    PREVIEW_CHARS its head with how long it is (the whole note is in "My notes")."""
+    if len(text) <= PREVIEW_CHARS:
+        return visible(text)
+    return f"{visible(text[:PREVIEW_CHARS])}… *({len(text):,} characters)*"
 
 
 def when(timestamp: str | None) -> str:
@@ -34,7 +75,7 @@ def status_html(view: dict[str, Any]) -> str:
     samples = view["samples"]
     listing = ""
     if samples:
-        listing = ", ".join(f"{esc(p['label'])} ({p['notes']})" for p in samples[:12])
+        listing = ", ".join(f"{isolated(p['label'])} ({p['notes']})" for p in samples[:12])
         listing += f", … {len(samples) - 12} more" if len(samples) > 12 else ""
     return (f"<div class='bm-status'><b>Store:</b> {plural(view['people'], 'person', 'people')} · "
             f"{plural(view['notes'], 'memory', 'memories')}{': ' + listing if listing else ''}<br>"
@@ -48,7 +89,7 @@ def gate_html(gate: dict[str, Any] | None) -> str:
     if not gate:
         return "<div class='bm-empty'>The gate's decision appears here after a question.</div>"
     if gate["matched"]:
-        who = ", ".join(esc(a["label"]) for a in gate["admitted"])
+        who = ", ".join(isolated(a["label"]) for a in gate["admitted"])
         head = f"<div class='bm-verdict bm-ok'>✓ Matched <b>{who}</b> — only their memories may be read</div>"
     else:
         head = "<div class='bm-verdict bm-no'>✗ No match — nobody's memories are read</div>"
@@ -73,7 +114,7 @@ def gate_html(gate: dict[str, Any] | None) -> str:
         cls = "bm-in" if s["admitted"] else ("bm-above" if s["score"] >= tau else "bm-out")
         mark = "admitted" if s["admitted"] else ("≥ τ" if s["score"] >= tau else "&lt; τ")
         rows.append(
-            f"<tr class='{cls}'><td class='bm-who'>{esc(s['label'])}</td><td class='bm-num'>{s['score']:.2f}</td>"
+            f"<tr class='{cls}'><td class='bm-who'>{isolated(s['label'])}</td><td class='bm-num'>{s['score']:.2f}</td>"
             f"<td class='bm-barcell'><div class='bm-bar'><div class='bm-fill' style='width:{pos(s['score']):.1f}%'>"
             f"</div><div class='bm-tau' style='left:{pos(tau):.1f}%'></div></div></td><td class='bm-mark'>{mark}</td></tr>")
     if len(scores) > MAX_SCORE_ROWS:
@@ -89,13 +130,24 @@ def notes_html(result: dict[str, Any] | None) -> str:
     if not result:
         return "<div class='bm-empty'>The memories the LLM may read appear here.</div>"
     notes = result["notes"]
+    if not notes and result.get("omitted"):
+        return "<div class='bm-empty'>No memory entered the context.</div>" + left_out_html(result["omitted"])
     if not notes:
         return ("<div class='bm-empty'>No memory entered the context: "
                 + ("the gate admitted nobody." if not result["gate"]["matched"]
                    else "the matched person has no memories yet.") + "</div>")
     rows = "".join(f"<tr><td class='bm-num'>{n['score']:.2f}</td><td class='bm-time'>{esc(when(n['timestamp']))}</td>"
-                   f"<td>{esc(n['content'])}</td></tr>" for n in notes)
-    return "<table class='bm-notes'><tr><th>score</th><th>time</th><th>memory</th></tr>" + rows + "</table>"
+                   f"<td>{long_text(n['content'])}</td></tr>" for n in notes)
+    return ("<table class='bm-notes'><tr><th>score</th><th>time</th><th>memory</th></tr>" + rows + "</table>"
+            + left_out_html(result.get("omitted")))
+
+
+def left_out_html(omitted: int | None) -> str:
+    """A line saying how many retrieved notes the prompt's token budget left out (nothing for none)."""
+    if not omitted:
+        return ""
+    return (f"<div class='bm-meta'>{plural(omitted, 'retrieved note')} left out of the prompt, lowest-ranked "
+            "first, to keep it within the LLM's token budget.</div>")
 
 
 def gated_out_html(result: dict[str, Any] | None) -> str:
@@ -110,7 +162,7 @@ def gated_out_html(result: dict[str, Any] | None) -> str:
     owners = out.get("owners")
     if not owners:
         return text
-    rows = "".join(f"<tr><td class='bm-who'>{esc(o['label'])}</td><td class='bm-num'>{o['count']}</td>"
+    rows = "".join(f"<tr><td class='bm-who'>{isolated(o['label'])}</td><td class='bm-num'>{o['count']}</td>"
                    f"<td class='bm-time'>{esc(when(o['latest']))}</td></tr>" for o in owners)
     return text + ("<table class='bm-notes'><tr><th>sample owner</th><th>notes</th><th>latest</th></tr>"
                    + rows + "</table>")
@@ -123,7 +175,7 @@ def panel_html(result: dict[str, Any] | None, with_answer: bool = False) -> str:
         if result and "error" in result:
             body = f"⚠ <b>{esc(result['error'])}</b> — {esc(result['message'])}"
         elif result:
-            body = esc(result["answer"])
+            body = isolated(result["answer"])
         else:
             body = "<span class='bm-empty'>The answer appears here.</span>"
         parts.append(f"<div class='bm-label'>Answer</div><div class='bm-answer'>{body}</div>")
@@ -140,23 +192,23 @@ def asker(gate: dict[str, Any]) -> str:
     if not gate["matched"]:
         return "✗ **Unrecognised requester** (no match: no memory is read or stored)"
     own = gate["admitted"][0]["score"]
-    return f"✓ **{gate['label']}** (similarity {own:.2f} ≥ τ {gate['threshold']:.2f})"
+    return f"✓ **{visible(gate['label'])}** (similarity {own:.2f} ≥ τ {gate['threshold']:.2f})"
 
 
 def chat_messages(result: dict[str, Any]) -> list[dict[str, Any]]:
     """One ask or remember as chat messages: who asked (the gate's decision) with their words, then
     the answer, or for a remember the stored note (shown as a note, not as an answer)."""
     if result["kind"] == "remember":
-        note = result["note"]
-        tags = f"tags: {', '.join(note['tags'])}. " if note["tags"] else ""
-        return [{"role": "user", "content": f"✓ **{result['owner']}** · remember\n\n{result['question']}"},
-                {"role": "assistant", "content": f"{tags}Only a probe of {result['owner']} can bring it back.",
-                 "metadata": {"title": f"✎ Stored as note {note['id']} for {result['owner']}"}}]
-    used, out = len(result["notes"]), result["gated_out"]
+        note, owner = result["note"], visible(result["owner"])
+        tags = f"tags: {visible(', '.join(note['tags']))}. " if note["tags"] else ""
+        return [{"role": "user", "content": f"✓ **{owner}** · remember\n\n{shortened(result['question'])}"},
+                {"role": "assistant", "content": f"{tags}Only a probe of {owner} can bring it back.",
+                 "metadata": {"title": f"✎ Stored as note {note['id']} for {owner}"}}]
+    used, out, omitted = len(result["notes"]), result["gated_out"], result.get("omitted")
     caption = (f"{plural(used, 'memory', 'memories')} read · {out['total']} kept out" if out is not None
-               else "no memory read")
-    return [{"role": "user", "content": f"{asker(result['gate'])}\n\n{result['question']}"},
-            {"role": "assistant", "content": f"{result['answer']}\n\n*{caption}*"}]
+               else "no memory read") + (f" · {omitted} left out of the prompt (its token budget)" if omitted else "")
+    return [{"role": "user", "content": f"{asker(result['gate'])}\n\n{visible(result['question'])}"},
+            {"role": "assistant", "content": f"{visible(result['answer'])}\n\n*{caption}*"}]
 
 
 def compare_chart(result: dict[str, Any] | None) -> str:
@@ -196,8 +248,9 @@ def compare_chart(result: dict[str, Any] | None) -> str:
 
 
 def note_rows(notes: list[Any]) -> list[list[Any]]:
-    """The requester's notes as table rows: id, time, memory, tags."""
-    return [[n.id, when(n.timestamp), n.content, ", ".join(n.tags)] for n in notes]
+    """The requester's notes as table rows: id, time, memory, tags (hidden characters written out; a
+    note is at most the engine's 2,000 characters and the table scrolls)."""
+    return [[n.id, when(n.timestamp), visible(n.content), visible(", ".join(n.tags))] for n in notes]
 
 
 def calibration_text(report: Any, current: float) -> str:
