@@ -11,6 +11,7 @@ import base64
 import dataclasses
 import io
 import json
+import logging
 import os
 import signal
 import sqlite3
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from unittest import mock
@@ -384,6 +386,106 @@ def test_every_bad_input_is_a_4xx_json_error_that_writes_nothing(service, faces)
     error_of(service.call("GET", "/memories/abc", session="x"), 422, "InvalidInputError")
     error_of(service.call("GET", "/nowhere"), 404, "NotFound")
     assert written(service.mem) == before
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # nested far past any sane depth
+
+
+def _unsent_inputs(faces, session: str) -> dict:
+    """Requests no form sends: {name: (key, route, request, what the 422's message names)}."""
+    ana = b64(faces.fresh[ANA])
+    probe = {"probe": ("a.png", faces.fresh[ANA], "image/png")}
+    as_json = {"content-type": "application/json"}
+    form = {"content-type": "application/x-www-form-urlencoded", SESSION: session}  # a session: no probe needed
+    embedding = '{"query": "PIN", "probe": {"modality": "face-arcface-s", "embedding": [%s]}}'
+
+    def embedded(value: str, count: int = 512) -> dict:
+        return {"content": (embedding % ",".join([value] * count)).encode(), "headers": as_json}
+    return {
+        "a deep JSON body": ("agent", "/memories", {"content": f'{{"text": {DEEP}}}'.encode(), "headers": as_json},
+                             "JSON"),
+        "deep JSON in a form field": ("agent", "/memories", {"data": {"messages": DEEP}, "files": probe}, "JSON"),
+        "deep JSON in a urlencoded field": ("agent", "/memories", {"content": f"messages={DEEP}".encode(),
+                                                                    "headers": form}, "JSON"),
+        "a huge embedding": ("admin", "/search", embedded("0.5", 1_000_000), "embedding"),
+        "a huge message list": ("agent", "/memories", {"json": {"messages": [{"role": "user", "content": "x"}] * 50_000,
+                                                                "probe": ana}}, "messages"),
+        "NaN in an embedding": ("admin", "/search", embedded("NaN"), "JSON"),
+        "Infinity in an embedding": ("admin", "/search", embedded("Infinity"), "JSON"),
+        "1e400 in an embedding": ("admin", "/search", embedded("1e400"), "finite"),
+        "past float32 in an embedding": ("admin", "/search", embedded("1e39"), "finite"),
+        "a number as text": ("agent", "/memories", {"json": {"text": 5, "probe": ana}}, "text"),
+        "a list as query": ("agent", "/search", {"json": {"query": ["PIN"], "probe": ana}}, "query"),
+        "a string as probe": ("agent", "/search", {"json": {"query": "PIN", "probe": "ana"}}, "probe"),
+        "a list as probes": ("agent", "/search", {"json": {"query": "PIN", "probes": [ana]}}, "probes"),
+        "a word as k": ("agent", "/search", {"json": {"query": "PIN", "k": "many", "probe": ana}}, "k:"),
+        "an object as ttl": ("agent", "/sessions", {"json": {"ttl": {}, "probe": ana}}, "ttl"),
+        "a list as the body": ("agent", "/search", {"json": [{"query": "PIN"}]}, "dictionary"),
+        "a user id": ("agent", "/search", {"json": {"query": "PIN", "user_id": "ana", "probe": ana}}, "user_id"),
+        "a user id in a form": ("agent", "/search", {"data": {"query": "PIN", "user_id": "ana"}, "files": probe},
+                                "user_id"),
+        "NUL in a note": ("agent", "/memories", {"json": {"text": "My PIN\x00 is 1", "infer": False, "probe": ana}},
+                          "NUL"),
+        "NUL in a form field": ("agent", "/memories", {"data": {"text": "My PIN\x00 is 1"}, "files": probe}, "NUL"),
+        "NUL in a query": ("agent", "/search", {"json": {"query": "PIN\x00", "probe": ana}}, "NUL"),
+        "NUL in a label": ("admin", "/identities", {"json": {"label": "Eve\x00", "images": [ana]}}, "NUL"),
+        "invalid UTF-8 JSON": ("agent", "/memories", {"content": b'{"text": "caf\xe9", "infer": false}',
+                                                      "headers": as_json}, "JSON"),
+        "invalid UTF-8 in a form field": ("agent", "/memories", {"files": {"text": (None, b"caf\xe9"),
+                                                                           "infer": (None, b"false"), **probe}},
+                                          "UTF-8"),
+        "invalid UTF-8 urlencoded": ("agent", "/memories", {"content": b"text=caf%E9&infer=false", "headers": form},
+                                     "UTF-8"),
+        "a field twice": ("agent", "/memories", {"data": {"text": ["one", "two"], "infer": "false"}, "files": probe},
+                          "twice"),
+        "a probe twice": ("agent", "/memories", {"data": {"text": "one", "infer": "false"},
+                                                 "files": [("probe", probe["probe"]), ("probe", probe["probe"])]},
+                          "twice"),
+        "a urlencoded field twice": ("agent", "/memories", {"content": b"text=one&text=two&infer=false",
+                                                            "headers": form}, "twice"),
+    }
+
+
+class Tracebacks(logging.Handler):
+    """Every log record that carries a traceback, from the root logger and uvicorn's (which does not propagate)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info:
+            self.records.append(record)
+
+
+@pytest.fixture
+def tracebacks() -> Iterator[list[logging.LogRecord]]:
+    """The records with a traceback logged during the test."""
+    handler = Tracebacks()
+    loggers = [logging.getLogger(), logging.getLogger("uvicorn")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    yield handler.records
+    for logger in loggers:
+        logger.removeHandler(handler)
+
+
+def connection_of(response: httpx.Response) -> tuple:
+    """The client side (address, port) of the connection that carried `response`."""
+    return response.extensions["network_stream"].get_extra_info("client_addr")
+
+
+def test_inputs_no_form_sends_are_a_422_that_keeps_the_connection_and_writes_nothing(service, faces, tracebacks):
+    session = open_session(service, faces.clear[ANA])["session"]
+    before = written(service.mem)
+    connection = connection_of(service.call("GET", "/health"))
+    for name, (key, path, request, named) in _unsent_inputs(faces, session).items():
+        response = service.call("POST", path, key=key, **request)
+        assert response.status_code == 422, f"{name}: {response.text[:300]}"
+        assert named.lower() in error_of(response, 422, "InvalidInputError")["message"].lower(), name
+        assert connection_of(service.call("GET", "/health")) == connection, f"{name}: the connection was dropped"
+    assert written(service.mem) == before
+    assert [record.getMessage() for record in tracebacks] == []
 
 
 def test_an_llm_or_encoder_failure_is_502_or_503_and_a_fault_500_without_internals(service, faces):

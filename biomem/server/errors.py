@@ -111,11 +111,12 @@ def api_response(exc: ApiError) -> JSONResponse:
     return JSONResponse(error_json(exc.type, exc.title, exc.message), status_code=exc.status, headers=exc.headers)
 
 
-def validation_message(errors: list[Any]) -> str:
-    """Pydantic's complaints as one line (field: what is wrong), never echoing the input."""
+def validation_message(errors: list[Any], *, located: bool = False) -> str:
+    """Pydantic's complaints as one line (field: what is wrong), never echoing the input; `located`: each
+    loc starts with where FastAPI found the value (path, query, header), which is left out."""
     parts = []
     for error in errors[:5]:
-        where = ".".join(str(p) for p in error.get("loc", ()) if p not in ("body", "path", "query", "header"))
+        where = ".".join(str(p) for p in error.get("loc", ())[1 if located else 0:])
         parts.append(f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg", "invalid")))
     return "; ".join(parts) or "invalid input"
 
@@ -135,7 +136,8 @@ def install(app: FastAPI) -> None:
         return api_response(exc)  # type: ignore[arg-type]
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
-        return engine_response(InvalidInputError(validation_message(exc.errors())))  # type: ignore[attr-defined]
+        message = validation_message(exc.errors(), located=True)  # type: ignore[attr-defined]
+        return engine_response(InvalidInputError(message))
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         status = getattr(exc, "status_code", 500)

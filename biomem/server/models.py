@@ -1,36 +1,53 @@
 """The REST API's bodies and replies as pydantic models (validation, and the OpenAPI document).
 
-Bodies forbid unknown fields: a `user_id` (or any typo) is a 422, never silently ignored. The
-probe fields (`probe`, `probes`) are JSON's; multipart sends the same as image files.
+Bodies forbid unknown fields: a `user_id` (or any typo) is a 422, never silently ignored; so are
+text with a NUL character, numbers that are not finite and lists past their bound. The probe fields
+(`probe`, `probes`) are JSON's; multipart sends the same as image files.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 B64 = "iVBORw0KGgo..."  # an abbreviated base64 PNG, for the examples
+MAX_EMBEDDING = 8192  # values of a precomputed probe
+Modality = Annotated[str, StringConstraints(min_length=1, max_length=100)]
 
 
-class ProbeData(BaseModel):
+def refuse_nul(value: Any) -> Any:
+    """Text with a NUL character is refused: no form sends one, and PostgreSQL cannot store it."""
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError("must not contain a NUL character")
+    return value
+
+
+class BodyModel(BaseModel):
+    """A request body or a part of one: what no form sends is a 422 before anything is read or stored."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    no_nul = field_validator("*")(refuse_nul)
+
+
+class ProbeData(BodyModel):
     """One image as base64 (`data`, `mime_type`), or, with an admin key only, a precomputed
     `embedding` of `modality`."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={
-        "examples": [{"data": B64, "mime_type": "image/png"}]})
+    model_config = ConfigDict(json_schema_extra={"examples": [{"data": B64, "mime_type": "image/png"}]})
     data: str | None = Field(None, description="base64 image bytes (a data: URL works too)")
-    mime_type: str | None = Field(None, description="image/png, image/jpeg, ...")
-    modality: str | None = Field(None, description="encoder of this probe (default: the store's)")
-    embedding: list[float] | None = Field(None, description="precomputed probe (admin key only)")
+    mime_type: str | None = Field(None, max_length=100, description="image/png, image/jpeg, ...")
+    modality: Modality | None = Field(None, description="encoder of this probe (default: the store's)")
+    embedding: list[float] | None = Field(None, min_length=1, max_length=MAX_EMBEDDING,
+                                          description="precomputed probe (admin key only)")
 
 
-class ProbeFields(BaseModel):
+class ProbeFields(BodyModel):
     """A requester's probe in JSON; multipart sends image files `probe` / `probe_<modality>` instead."""
 
-    model_config = ConfigDict(extra="forbid")
     probe: ProbeData | None = Field(None, description="the requester's image (or use X-Biomem-Session)")
-    probes: dict[str, ProbeData] | None = Field(None, description="one image per modality: {modality: image}")
+    probes: dict[Modality, ProbeData] | None = Field(None, max_length=8,
+                                                     description="one image per modality: {modality: image}")
 
     @field_validator("text", "query", "question", check_fields=False)
     @classmethod
@@ -52,10 +69,9 @@ class SessionBody(ProbeFields):
     ttl: float = Field(120.0, ge=1, le=600, description="seconds until the session ends")
 
 
-class Message(BaseModel):
+class Message(BodyModel):
     """A chat message, as Mem0 takes them."""
 
-    model_config = ConfigDict(extra="forbid")
     role: Literal["user", "assistant", "system"]
     content: str = Field(min_length=1, max_length=20_000)
 
@@ -113,10 +129,10 @@ class StepUpBody(ProbeFields):
     keep_history: bool = Field(False, description="delete only: keep the note's text in its history")
 
 
-class EnrolBody(BaseModel):
+class EnrolBody(BodyModel):
     """Enrol a person from one or more captures (JSON; multipart sends `images` files)."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+    model_config = ConfigDict(json_schema_extra={"examples": [
         {"label": "alice", "images": [{"data": B64, "mime_type": "image/png"}]}]})
     label: str = Field(min_length=1, max_length=100)
     images: list[ProbeData] | None = Field(None, max_length=10)

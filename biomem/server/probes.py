@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import unquote_to_bytes
 
 import numpy as np
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
+from pydantic_core import from_json
 from starlette.datastructures import UploadFile
 from starlette.concurrency import run_in_threadpool
-from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.formparsers import FormParser, MultiPartException, MultiPartParser
 
 from modalities.images import MAX_FILE_BYTES
 
@@ -39,14 +40,37 @@ from .models import ProbeData
 
 MAX_BODY = MAX_FILE_BYTES * 3 // 2  # bytes of one request body: one photo of the largest size as base64, and fields
 MAX_IMAGES = 10  # enrolment captures per request
-MAX_EMBEDDING = 8192  # values of a precomputed probe
+MAX_FIELDS = 32  # text fields of a form
 M = TypeVar("M", bound=BaseModel)
 
 
 class InMemoryParser(MultiPartParser):
-    """Starlette's multipart parser with files kept in memory (never spooled to a temp file)."""
+    """Starlette's multipart parser with files kept in memory (never spooled to a temp file), and text
+    fields that must be valid in the body's charset (Starlette would read them again as Latin-1)."""
 
     spool_max_size = MAX_BODY + 1
+
+    def on_part_end(self) -> None:
+        part = self._current_part
+        if part.file is None:
+            try:
+                part.data.decode(self._charset)
+            except UnicodeDecodeError:
+                raise MultiPartException(f"field {part.field_name[:40]!r} is not valid {self._charset}") from None
+        super().on_part_end()
+
+
+class StrictFormParser(FormParser):
+    """Starlette's urlencoded parser, with fields that must be valid UTF-8 once unquoted (Starlette would
+    put U+FFFD in their place)."""
+
+    def on_field_end(self) -> None:
+        for raw in (self._field_name, self._field_value):
+            try:
+                unquote_to_bytes(bytes(raw).replace(b"+", b" ")).decode("utf-8")
+            except UnicodeDecodeError:
+                raise MultiPartException("a form field is not valid UTF-8") from None
+        super().on_field_end()
 
 
 @dataclass
@@ -98,16 +122,19 @@ async def parse(request: Request, model: type[M], caller: Caller, mem: BioMemory
 
 
 async def _multipart(request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(text fields, files) of a multipart body; files as bytes, `images` as a list."""
-    parser = InMemoryParser(request.headers, request.stream(), max_files=MAX_IMAGES + 4, max_fields=32)
+    """(text fields, files) of a multipart body; files as bytes, `images` as a list. A field sent twice
+    (but `images`) is refused: which one would count is not the client's to guess."""
+    parser = InMemoryParser(request.headers, request.stream(), max_files=MAX_IMAGES + 4, max_fields=MAX_FIELDS)
     try:
         form = await parser.parse()
     except MultiPartException as exc:
-        raise InvalidInputError(f"malformed multipart body: {exc}") from None
+        raise InvalidInputError(f"malformed multipart body: {exc.message}") from None
     fields: dict[str, Any] = {}
     files: dict[str, Any] = {}
     try:
         for name, value in form.multi_items():
+            if name != "images" and (name in fields or name in files):
+                raise InvalidInputError(f"{_named(name)} is sent twice: send each field once")
             if isinstance(value, UploadFile):
                 _check_upload_type(name, value.content_type)
                 content = await value.read()
@@ -125,10 +152,22 @@ async def _multipart(request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 async def _urlencoded(request: Request) -> dict[str, Any]:
-    """The text fields of a urlencoded form (`curl -d`)."""
-    form = await request.form(max_fields=32)
-    return {name: _json(value.encode(), "messages") if name == "messages" else value
-            for name, value in form.multi_items() if isinstance(value, str)}
+    """The text fields of a urlencoded form (`curl -d`); a field sent twice is refused."""
+    try:
+        form = await StrictFormParser(request.headers, request.stream(), max_fields=MAX_FIELDS).parse()
+    except MultiPartException as exc:
+        raise InvalidInputError(f"malformed form body: {exc.message}") from None
+    fields: dict[str, Any] = {}
+    for name, value in form.multi_items():
+        if name in fields:
+            raise InvalidInputError(f"{_named(name)} is sent twice: send each field once")
+        fields[name] = _json(value.encode(), "messages") if name == "messages" else value
+    return fields
+
+
+def _named(name: str) -> str:
+    """A client's field name, quoted and cut short for a message."""
+    return repr(name[:40])
 
 
 def _check_upload_type(name: str, content_type: str | None) -> None:
@@ -139,11 +178,12 @@ def _check_upload_type(name: str, content_type: str | None) -> None:
 
 
 def _json(raw: bytes, what: str = "the body") -> Any:
-    """Parsed JSON; InvalidInputError (422) when it is not."""
+    """Parsed JSON; InvalidInputError (422) when it is not, is not UTF-8, nests past pydantic's recursion
+    limit (200) or holds NaN or Infinity."""
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidInputError(f"{what} is not valid JSON") from None
+        return from_json(raw, allow_inf_nan=False)
+    except ValueError as exc:
+        raise InvalidInputError(f"{what} is not valid JSON: {exc}") from None
 
 
 def _file_probe(files: dict[str, Any], known: Modalities) -> Any:
@@ -206,10 +246,7 @@ def _one(item: ProbeData, caller: Caller, known: Modalities, modality: str | Non
     if item.modality and modality and item.modality != modality:
         raise ModalityMismatchError(f"probe says {item.modality!r}, filed under {modality!r}")
     known.check(name)
-    vector = np.asarray(item.embedding, dtype=np.float32)
-    if not 0 < vector.size <= MAX_EMBEDDING:
-        raise InvalidInputError(f"a probe embedding has 1 to {MAX_EMBEDDING} values")
-    return Probe(vector, name)
+    return Probe(np.asarray(item.embedding, dtype=np.float32), name)
 
 
 def json_probe(probe: ProbeData | None, probes: dict[str, ProbeData] | None, caller: Caller,
