@@ -173,6 +173,28 @@ def test_unusable_probes_are_readable_tool_errors(demo):
     assert mem.store.note_total() == before
 
 
+def test_arguments_no_host_sends_are_refused_as_rest_refuses_them(demo):
+    """A `user_id` (or any argument a tool does not declare) is refused, never ignored; so is text with
+    a NUL character or nested JSON in a string: each a readable tool error that writes nothing."""
+    url, mem = demo
+    before = mem.store.note_total()
+    ana = probe(ANA, 7)
+    results = calls(url, ("remember", {"text": "My PIN is 1", "probe": ana, "user_id": "ana"}),
+                    ("recall", {"query": "PIN", "probe": ana, "user_id": "ben"}),
+                    ("ask", {"question": "PIN?", "probe": {**ana, "user_id": "ben"}}),
+                    ("remember", {"text": "My PIN\x00 is 1", "probe": ana}),
+                    ("recall", {"query": "PIN", "probe": ana, "also": "[" * 100_000 + "]" * 100_000}),
+                    ("forget_note", {"note_id": 1, "probe": ana, "k": 3}))
+    named = ["user_id", "user_id", "user_id", "NUL", "also", "k"]
+    for result, name in zip(results, named, strict=True):
+        message = error_text(result)
+        assert message.startswith("Invalid input") and name in message, message
+        assert "input_value" not in message and "pydantic" not in message  # the arguments are not echoed
+    assert mem.store.note_total() == before
+    tools = session(url, lambda client: client.list_tools()).tools
+    assert all(tool.input_schema["additionalProperties"] is False for tool in tools)
+
+
 def test_forget_note_needs_the_owner(demo):
     url, mem = demo
     (added,) = calls(url, ("remember", {"text": "My spare key is under the blue pot", "probe": probe(ANA, 6)}))

@@ -46,10 +46,11 @@ from typing import Annotated, Any
 
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
@@ -60,6 +61,8 @@ from ..errors import BioMemError, InvalidInputError
 from ..keys import ROLES, ApiKey
 from ..messages import readable  # the words of the web app's toasts and the REST errors (no gradio import)
 from .auth import authenticator, loopback, presented_key
+from .errors import invalid
+from .models import refuse_nul
 from .probes import Modalities
 
 log = logging.getLogger(__name__)
@@ -114,7 +117,7 @@ ALSO = ("Only for a person enrolled with more than one kind of biometric (a face
 class ImageProbe(BaseModel):
     """A photo of the person speaking, as MCP image content: base64 data and its MIME type."""
 
-    model_config = ConfigDict(title="ImageProbe", populate_by_name=True)
+    model_config = ConfigDict(title="ImageProbe", populate_by_name=True, extra="forbid")
 
     data: str = Field(min_length=1, description=PROBE_DATA)
     mime_type: str = Field(validation_alias=AliasChoices("mime_type", "mimeType"),
@@ -230,12 +233,38 @@ async def _reply(send: Send, status: int, message: str, headers: list[tuple[byte
     await send({"type": "http.response.body", "body": body})
 
 
+class BioMCPServer(MCPServer):
+    """The SDK's server with the REST API's argument policy: a tool refuses an argument it does not declare
+    (a `user_id` is an error, never ignored; its input schema says additionalProperties: false), and a
+    refused argument is one readable line (field: what is wrong) that does not echo the arguments."""
+
+    def add_tool(self, fn: Callable[..., Any], name: str | None = None, **options: Any) -> None:
+        """Register `fn` as the SDK does, then make its argument model forbid unknown arguments."""
+        super().add_tool(fn, name, **options)
+        tool = self._tool_manager.get_tool(name or fn.__name__)  # the SDK has no option for the model's config
+        loose = tool.fn_metadata.arg_model
+        strict = type(loose.__name__, (loose,), {"__module__": loose.__module__,
+                                                 "model_config": ConfigDict(extra="forbid")})
+        tool.fn_metadata.arg_model = strict  # read at each call
+        tool.parameters = strict.model_json_schema(by_alias=True)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        """The SDK's call; refused arguments as the readable "Invalid input: field: what is wrong"."""
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc, UnexpectedToolError) or not isinstance(exc.__cause__, ValidationError):
+                raise
+            refusal = invalid(exc.__cause__)
+            raise ToolError(f"{readable(refusal)[0]}: {refusal}") from exc.__cause__
+
+
 def build_mcp(amem: AsyncBioMemory, *, authenticate: Callable[[str | None], ApiKey | None] | None = None,
               client_address: Callable[[Request], str | None] | None = None, host: str = "127.0.0.1",
               transport_security: TransportSecuritySettings | None = None,
               max_request_body_size: int = DEFAULT_MAX_REQUEST_BODY_SIZE) -> MCPApp:
     """The MCP endpoint over `amem`: an ASGI app whose `lifespan()` the host app must run."""
-    server = MCPServer("biomem", title="Bio-Memory", instructions=INSTRUCTIONS, log_level="WARNING")
+    server = BioMCPServer("biomem", title="Bio-Memory", instructions=INSTRUCTIONS, log_level="WARNING")
     register_tools(server, amem)
     server.streamable_http_app(stateless_http=True, json_response=True, host=host,
                                transport_security=transport_security, max_request_body_size=max_request_body_size)
@@ -274,7 +303,7 @@ def readable_errors(tool: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[
     return wrapper
 
 
-Text = Annotated[str, Field(min_length=1, max_length=20_000)]
+Text = Annotated[str, Field(min_length=1, max_length=20_000), AfterValidator(refuse_nul)]
 Probe = Annotated[ImageProbe, Field(description="A photo of the face of the person you are talking with, taken now.")]
 Also = Annotated[list[ImageProbe] | None, Field(max_length=3, description=ALSO)]
 
