@@ -39,6 +39,7 @@ _WHITE = (255, 255, 255)
 _HEAD = 1024  # bytes sniffed for a format Pillow does not read
 # Photo formats only: Pillow's other plugins (EPS runs Ghostscript, PSD, ICNS, ...) never see a probe.
 FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "TIFF", "GIF")
+Image.init()  # every plugin registered now: Pillow's lazy first registration races between threads
 _FTYP_BRANDS = {b"heic": "HEIC", b"heix": "HEIC", b"hevc": "HEIC", b"hevx": "HEIC", b"heim": "HEIC",
                 b"heis": "HEIC", b"mif1": "HEIF", b"msf1": "HEIF", b"avif": "AVIF", b"avis": "AVIF"}
 
