@@ -17,11 +17,15 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from importlib.resources import files
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
 
 from .. import __version__
 from ..aio import AsyncBioMemory
@@ -36,6 +40,8 @@ log = logging.getLogger("biomem.server")
 
 ASGIApp = Callable[..., Any]
 Lifespan = Callable[[FastAPI], contextlib.AbstractAsyncContextManager[Any]]
+DOCS = "/v1/docs"  # Swagger UI, with its script, styles and icon served below it
+DOCS_ASSETS = "fastapi_standalone_docs"  # the pinned package that ships Swagger UI's files
 LIMITED = ("/v1", "/mcp")  # paths whose bodies MAX_BODY caps (the page has Gradio's own max_file_size)
 DESCRIPTION = """Identity-gated memory for LLM agents. Every memory belongs to a biometric identity: the
 probe in the request (an image) or a session opened with one decides who is asking, never a user id.
@@ -111,11 +117,12 @@ def create_app(mem: BioMemory, settings: Settings | None = None, *, ui: bool = T
             yield
 
     app = FastAPI(title="Bio-Memory", version=__version__, description=DESCRIPTION, lifespan=lifespan,
-                  docs_url="/v1/docs", redoc_url=None, openapi_url="/v1/openapi.json")
+                  docs_url=None, redoc_url=None, openapi_url="/v1/openapi.json")
     app.state.mem, app.state.amem, app.state.settings = mem, amem, settings
     app.state.local = loopback(settings.host)  # keyless requests are served only on a loopback bind
     errors.install(app)
     app.add_middleware(BodyLimit)
+    _mount_docs(app)  # before the router, whose last route is the 404 of anything else under /v1
     app.include_router(rest.router, prefix="/v1")
     app.openapi = _openapi(app)  # type: ignore[method-assign]
     if mcp:
@@ -125,6 +132,23 @@ def create_app(mem: BioMemory, settings: Settings | None = None, *, ui: bool = T
     if ui:
         _mount_ui(app, mem, settings)
     return app
+
+
+def _mount_docs(app: FastAPI) -> None:
+    """Swagger UI at /v1/docs with its script, styles and icon served by the app itself (from the pinned
+    fastapi-standalone-docs package), never from a CDN: the docs work on an offline machine. Like the
+    OpenAPI document, the page needs no key; the API it documents does."""
+    static = files(DOCS_ASSETS) / "static"
+    app.mount(f"{DOCS}/swagger", StaticFiles(directory=str(static / "swagger")), name="docs-swagger")
+    app.mount(f"{DOCS}/fastapi", StaticFiles(directory=str(static / "fastapi")), name="docs-icon")
+
+    @app.get(DOCS, include_in_schema=False)
+    async def docs(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "").rstrip("/")  # behind a proxy's path prefix
+        return get_swagger_ui_html(openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - Swagger UI",
+                                   swagger_js_url=f"{root}{DOCS}/swagger/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{root}{DOCS}/swagger/swagger-ui.css",
+                                   swagger_favicon_url=f"{root}{DOCS}/fastapi/favicon.png")
 
 
 def _mount_mcp(app: FastAPI, spans: list[Lifespan]) -> None:
