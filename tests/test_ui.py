@@ -12,7 +12,7 @@ import pytest
 from biomem.errors import InvalidImageError, LLMError, NoFaceError, UnknownIdentityError
 from biomem.limits import client_keys
 from biomem.ui import render
-from biomem.ui.messages import fail, friendly, readable
+from biomem.ui.messages import fail, friendly, hint, readable
 
 
 def gate(label: str, score: float, scores: list[dict] | None = None, matched: bool = True) -> dict:
@@ -78,6 +78,17 @@ def test_errors_become_a_titled_line_without_internals(error, title, words):
     with pytest.raises(gr.Error) as raised:
         friendly(lambda: (_ for _ in ()).throw(error))()
     assert raised.value.title == title and raised.value.message.startswith(f"{title} — ")
+
+
+def test_a_hint_shows_as_a_warning_and_still_stops_the_event(monkeypatch):
+    shown = []
+    monkeypatch.setattr(gr, "Warning", lambda message, title: shown.append((title, message)))
+    with pytest.raises(gr.Error) as raised:
+        friendly(lambda: (_ for _ in ()).throw(hint("Type a question first.", "No question")))()
+    assert shown == [("No question", "No question — Type a question first.")]  # headed "Warning" in the page
+    assert raised.value.visible is False  # no second toast headed "Error"; an API client still gets it
+    assert raised.value.message == "No question — Type a question first." and raised.value.title == "No question"
+    assert fail("The probe matches nobody enrolled.", "Not recognised").visible is True  # a refusal stays an error
 
 
 def test_toasts_escape_what_they_repeat():

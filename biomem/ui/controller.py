@@ -31,7 +31,7 @@ from ..limits import client_keys
 from ..memory import BioMemory
 from ..settings import Settings
 from . import render, uploads
-from .messages import fail, readable
+from .messages import fail, hint, readable
 
 log = logging.getLogger("biomem.ui")
 UNLOCK_SECONDS = 300  # how long "My notes" stays unlocked in one browser tab
@@ -83,7 +83,7 @@ class Controller:
         other = self.mem.other_kind(name)
         if other is None:
             uploads.discard(value, second)
-            raise fail("Nobody here enrolled a second kind of probe: leave the second one empty.", "No second kind")
+            raise hint("Nobody here enrolled a second kind of probe: leave the second one empty.", "No second kind")
         first = self.probe(value, name, "fresh probe", client)
         return {name: first, other: self.probe(second, other, "second probe", client)}
 
@@ -106,7 +106,7 @@ class Controller:
         question = (question or "").strip()
         if not question:
             uploads.discard(probe)
-            raise fail("Type a question first.", "No question")
+            raise hint("Type a question first.", "No question")
         client = self.clients(request)
         return self.answer(question, self.probe(probe, encoder, client=client), client)
 
@@ -116,7 +116,7 @@ class Controller:
         text = (text or "").strip()
         if not text:
             uploads.discard(probe)
-            raise fail("Type what to remember first.", "Nothing to remember")
+            raise hint("Type what to remember first.", "Nothing to remember")
         client = self.clients(request)
         note = self.mem.add(text, probe=self.probe(probe, encoder, client=client), client=client)
         return {"kind": "remember", "question": text, "owner": self.mem.store.identity(note.owner).label,
@@ -129,8 +129,8 @@ class Controller:
         if not question or not probe_a or not probe_b:
             uploads.discard(probe_a, probe_b)
             if not question:
-                raise fail("Type a question first.", "No question")
-            raise fail("Give both probes (A and B): upload, webcam, or a sample person.", "Two probes needed")
+                raise hint("Type a question first.", "No question")
+            raise hint("Give both probes (A and B): upload, webcam, or a sample person.", "Two probes needed")
         client = self.clients(request)
         sides = {}
         for side, value in (("a", probe_a), ("b", probe_b)):
@@ -188,9 +188,9 @@ class Controller:
         label, name = (label or "").strip(), encoder or self.mem.modality
         try:
             if not label:
-                raise fail("Give a name for the new identity.", "No name")
+                raise hint("Give a name for the new identity.", "No name")
             if not paths:
-                raise fail("Give one or more images (upload or capture).", "No images")
+                raise hint("Give one or more images (upload or capture).", "No images")
             self.mem.limiter.check(client)
             probes = []
             for n, path in enumerate(paths):
@@ -224,7 +224,7 @@ class Controller:
         except (TypeError, ValueError):
             number = 0.0
         if number != int(number) or number < 1:
-            raise fail("Give the id of one of your notes (first column).", "No note id")
+            raise hint("Give the id of one of your notes (first column).", "No note id")
         return int(number)
 
     def delete_note(self, note_id: Any, probe: Any, encoder: str | None, second: Any = None,
@@ -246,7 +246,7 @@ class Controller:
         """Erase whoever a fresh step-up probe shows, after an explicit confirmation."""
         if not confirmed:
             uploads.discard(probe, second)
-            raise fail("Tick the box to confirm: this erases everything of yours.", "Not confirmed")
+            raise hint("Tick the box to confirm: this erases everything of yours.", "Not confirmed")
         client = self.clients(request)
         proof = self.step_up(probe, second, encoder, client)
         label = self.mem.store.identity(self.mem.verify(proof, "Forgetting you", client=client)).label
@@ -304,7 +304,7 @@ class Controller:
         if not self.admin:
             raise fail("Storing τ is disabled here (set BIOMEM_ADMIN=1).", "Not allowed")
         if report is None:
-            raise fail("Run a calibration first.", "No calibration")
+            raise hint("Run a calibration first.", "No calibration")
         tau = save(report, self.mem, which=which)
         return f"Stored τ = {tau:.4f} for `{report.modality}` ({which}); the gate uses it from now on."
 

@@ -25,12 +25,28 @@ def fail(message: str, title: str) -> gr.Error:
                     print_exception=False)
 
 
+class Hint(gr.Error):
+    """A field left empty or unticked: nothing went wrong, so the page shows a "Warning" toast, not an
+    "Error" one; the event still stops, and an API client still gets an AppError."""
+
+
+def hint(message: str, title: str) -> Hint:
+    """A Hint that starts with its title, like fail()'s errors; its own error is invisible (friendly()
+    shows it as a warning)."""
+    return Hint(html.escape(f"{title} — {message}", quote=False), title=html.escape(title, quote=False),
+                visible=False, print_exception=False)
+
+
 def friendly(fn: Callable) -> Callable:
-    """`fn` with engine errors turned into readable toasts; anything unexpected is logged whole."""
+    """`fn` with engine errors turned into readable toasts (hints into warnings); anything unexpected is
+    logged whole."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except Hint as exc:
+            gr.Warning(exc.message, title=exc.title)
+            raise
         except gr.Error:
             raise
         except BioMemError as exc:

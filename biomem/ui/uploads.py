@@ -12,7 +12,7 @@ from typing import Any
 
 from gradio.utils import get_upload_folder
 
-from .messages import fail
+from .messages import fail, hint
 
 
 def upload_path(value: Any) -> str | None:
@@ -62,7 +62,7 @@ def read_once(value: Any, what: str = "probe") -> bytes:
     """The bytes of an upload; the file is gone when this returns, whatever happens."""
     path = upload_path(value)
     if not path:
-        raise fail(f"Give a {what} first: upload a photo, use the webcam, or pick a sample person.", "No probe")
+        raise hint(f"Give a {what} first: upload a photo, use the webcam, or pick a sample person.", "No probe")
     try:
         file = in_cache(path)
         if file is None:
