@@ -168,7 +168,7 @@ def test_remember_by_chat_then_only_the_owner_gets_it_back(server, probes):
     cache.mkdir(exist_ok=True)
     Image.fromarray(demo_capture(1, 9)).save(face)
     Image.fromarray(palm_capture(2, 8)).save(palm)
-    message, _ = server.ui.delete_note(stored["note"]["id"], str(face), "face-arcface-s", str(palm))
+    message = server.ui.delete_note(stored["note"]["id"], str(face), "face-arcface-s", str(palm))
     assert message.startswith("Deleted note") and not face.exists() and not palm.exists()
 
 
@@ -250,15 +250,22 @@ def test_enrol_unlock_delete_and_forget_me(make_memory, capture, cache):
     with pytest.raises(gr.Error, match="fresh, clear probe"):
         friendly(ui.unlock)(upload(cache, capture(6, 1), "stranger"), "face-arcface-s")
     session = ui.unlock(upload(cache, capture(3, 6), "unlock"), "face-arcface-s")
-    assert session["label"] == "Dana" and "probe" not in session  # a view, not a credential
+    assert session["label"] == "Dana" and "probe" not in session  # a view and a session token, never a probe
     rows = session["rows"]
     assert [r[2] for r in rows] == ["My bike lock code is 2468"]
+    ui.remember("My locker is 12", upload(cache, capture(3, 11), "memo2"), "face-arcface-s")
+    assert [r[2] for r in ui.my_notes(session)] == ["My bike lock code is 2468", "My locker is 12"]  # refreshed
+    rows = ui.my_notes(session)
     with pytest.raises(gr.Error, match="None of your notes"):
         friendly(ui.delete_note)(10_000, upload(cache, capture(3, 7), "fresh"), "face-arcface-s")
     with pytest.raises(gr.Error, match="fresh, clear probe"):  # someone else's fresh probe
         friendly(ui.delete_note)(rows[0][0], upload(cache, capture(6, 2), "other"), "face-arcface-s")
-    message, rows_after = ui.delete_note(rows[0][0], upload(cache, capture(3, 8), "fresh2"), "face-arcface-s")
-    assert "Deleted note" in message and rows_after == []
+    for row in rows:
+        message = ui.delete_note(row[0], upload(cache, capture(3, 8), f"fresh-{row[0]}"), "face-arcface-s")
+        assert "Deleted note" in message
+    assert ui.my_notes(session) == []
+    ui.lock(session)
+    assert ui.my_notes(session) is None  # locked: the session has ended
 
     with pytest.raises(gr.Error, match="Tick the box"):
         ui.forget(False, upload(cache, capture(3, 9), "unticked"), "face-arcface-s")
@@ -273,12 +280,14 @@ def test_a_stale_tab_cannot_touch_the_next_person(make_memory, capture, cache):
     ui = Controller(mem)
     ui.enroll("Dan", [upload(cache, capture(3, n), f"dan{n}") for n in range(2)], None, "face-arcface-s")
     stale = ui.unlock(upload(cache, capture(3, 2), "dan-tab"), "face-arcface-s")
+    dan_id = next(i.id for i in mem.identities() if i.label == "Dan")
     ui.forget(True, upload(cache, capture(3, 3), "dan-forget"), "face-arcface-s")
+    assert ui.my_notes(stale) is None  # his other tab's listing ended with him
     eve = ui.enroll("Eve", [upload(cache, capture(5, n), f"eve{n}") for n in range(2)], None, "face-arcface-s")
     assert "Enrolled **Eve**" in eve
     ui.remember("Eve's locker is 77", upload(cache, capture(5, 2), "eve-memo"), "face-arcface-s")
     eve_id = next(i.id for i in mem.identities() if i.label == "Eve")
-    assert eve_id != stale["identity"]  # ids are never reused
+    assert eve_id != dan_id  # ids are never reused
     for action in (lambda p: ui.forget(True, p, "face-arcface-s"), lambda p: ui.delete_note(1, p, "face-arcface-s"),
                    lambda p: ui.unlock(p, "face-arcface-s")):
         with pytest.raises(gr.Error, match="fresh, clear probe"):
@@ -298,6 +307,40 @@ def test_llm_unreachable_is_a_readable_message_not_a_traceback(make_memory, text
         friendly(Controller(mem).ask)(QUESTION, upload(cache, capture(0, 3), "probe"), "face-arcface-s")
     assert caught.value.title == "LLM unreachable"
     assert "127.0.0.1" not in caught.value.message and "Traceback" not in caught.value.message
+
+
+def test_a_demo_person_unlocks_my_notes_with_the_sample_buttons(server, probes):
+    """Ana enrolled a face and a palm: the first box's sample is her face, the second box's her palm."""
+    ui, folder = server.ui, server.cache / "unlock"
+    folder.mkdir(exist_ok=True)
+    face, palm = folder / "face.png", folder / "palm.png"
+    Image.fromarray(ui.sample_capture("Ana", "face-arcface-s")).save(face)
+    Image.fromarray(ui.second_sample("Ana", "face-arcface-s")).save(palm)
+    session = ui.unlock(str(face), "face-arcface-s", str(palm))
+    assert session["label"] == "Ana" and any(PINS["Ana"] in row[2] for row in session["rows"])
+    assert not face.exists() and not palm.exists()
+    ui.lock(session)
+
+
+def test_the_second_probe_samples_need_a_second_kind_in_the_store(make_memory):
+    with pytest.raises(gr.Error, match="leave the second one empty") as caught, \
+            pytest.warns(UserWarning, match="No second kind"):  # gr.Warning outside a page
+        friendly(Controller(make_memory()).second_sample)("Ana", "face-arcface-s")
+    assert caught.value.title == "No second kind" and caught.value.visible is False  # a hint, shown as a warning
+
+
+def test_a_second_start_of_an_action_in_the_same_tab_is_ignored(make_memory):
+    """Gradio can dispatch one double click twice: the second start stops, invisibly, until the first lands."""
+    ui = Controller(make_memory())
+    tab, other = gr.Request(session_hash="tab-1"), gr.Request(session_hash="tab-2")
+    ui.claim(tab, "enrol")
+    with pytest.raises(gr.Error) as twice:
+        ui.claim(tab, "enrol")
+    assert twice.value.visible is False
+    ui.claim(tab, "chat")  # another action of the same tab
+    ui.claim(other, "enrol")  # the same action in another tab
+    ui.release(tab, "enrol")
+    ui.claim(tab, "enrol")
 
 
 def test_load_demo_twice_builds_it_once(server):

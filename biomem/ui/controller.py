@@ -1,8 +1,9 @@
 """UI events to engine calls: each handler takes the widgets' plain values and returns plain values.
 
 Every decision (who matched, which notes may be read, what is stored or erased, attempt
-limits, step-up) is the engine's; this layer reads and deletes probe uploads, checks that a
-field was filled in, and keeps the admin switch (settings.admin) for server-side actions.
+limits, step-up, how long an unlocked listing lasts) is the engine's; this layer reads and deletes
+probe uploads, checks that a field was filled in, keeps the admin switch (settings.admin) for
+server-side actions, and knows which action each browser tab has under way.
 """
 
 from __future__ import annotations
@@ -55,6 +56,25 @@ class Controller:
         self.settings = settings = settings or Settings.from_env()
         self.admin = settings.admin if admin is None else admin
         self._building = threading.Lock()  # one demo build or import at a time
+        self._running: set[tuple[str, str]] = set()  # (browser tab, action group) with work under way
+        self._running_lock = threading.Lock()
+
+    # ---- one action at a time per tab ------------------------------------------------------------
+
+    def claim(self, request: gr.Request, group: str) -> None:
+        """Start an action of `group` in this browser tab. Gradio can dispatch one double click twice
+        (its "once" guard opens only after gathering the inputs), so a second start while the first
+        runs raises an invisible error: that event chain stops, and nothing is shown or consumed."""
+        key = (request.session_hash or "", group)
+        with self._running_lock:
+            if key in self._running:
+                raise gr.Error("This action is already under way.", visible=False, print_exception=False)
+            self._running.add(key)
+
+    def release(self, request: gr.Request, group: str) -> None:
+        """The action of `group` in this tab has landed: the next one may start."""
+        with self._running_lock:
+            self._running.discard((request.session_hash or "", group))
 
     # ---- probes ---------------------------------------------------------------------------------
 
@@ -90,6 +110,14 @@ class Controller:
     def sample_capture(self, person: str, encoder: str | None) -> np.ndarray:
         """A fresh capture of a sample person for the probe input (face or palm by the encoder)."""
         return demo.sample_capture(self.mem, person, encoder)
+
+    def second_sample(self, person: str, encoder: str | None) -> np.ndarray:
+        """A fresh capture of a sample person of the other kind than `encoder` (their palm beside a
+        face): the second probe of someone who enrolled both."""
+        other = self.mem.other_kind(encoder or self.mem.modality)
+        if other is None:
+            raise hint("Nobody here enrolled a second kind of probe: leave the second one empty.", "No second kind")
+        return demo.sample_capture(self.mem, person, other)
 
     # ---- the public API: ask, remember, compare -------------------------------------------------
 
@@ -209,13 +237,32 @@ class Controller:
 
     def unlock(self, probe: Any, encoder: str | None, second: Any = None,
                request: gr.Request | None = None) -> dict[str, Any]:
-        """The requester's own notes, for reading (a step-up probe); every change asks again."""
+        """The requester's own notes, for reading (a step-up probe), and the engine session that keeps
+        them readable in this tab for UNLOCK_SECONDS (its token stays on the server); every change asks
+        again."""
         client = self.clients(request)
         proof = self.step_up(probe, second, encoder, client)
-        owner = self.mem.verify(proof, "Unlocking your notes", client=client)
-        return {"identity": owner, "label": self.mem.store.identity(owner).label,
-                "until": time.time() + UNLOCK_SECONDS,
-                "rows": render.note_rows(self.mem.get_all(probe=proof, client=client))}
+        self.mem.verify(proof, "Unlocking your notes", client=client)
+        bound = f"ui:{request.session_hash if request else ''}"
+        session = self.mem.session(proof, client=client, ttl=UNLOCK_SECONDS, bound_to=bound)
+        return {"token": session.token, "bound": bound, "label": session.label,
+                "until": time.time() + UNLOCK_SECONDS, "rows": render.note_rows(session.get_all())}
+
+    def my_notes(self, unlocked: dict[str, Any]) -> list[list[Any]] | None:
+        """The unlocked person's notes as they are now (after a Remember, a delete or a forget), or None
+        when their session has ended (expired, locked, or the person was forgotten)."""
+        try:
+            return render.note_rows(self.mem.sessions.get(unlocked["token"], unlocked["bound"]).get_all())
+        except BioMemError:
+            return None
+
+    def lock(self, unlocked: dict[str, Any] | None) -> None:
+        """End an unlocked listing's engine session (Lock, or its time is up)."""
+        if unlocked:
+            try:
+                self.mem.sessions.get(unlocked["token"], unlocked["bound"]).close()
+            except BioMemError:
+                pass  # already ended
 
     @staticmethod
     def note_id(value: Any) -> int:
@@ -228,8 +275,8 @@ class Controller:
         return int(number)
 
     def delete_note(self, note_id: Any, probe: Any, encoder: str | None, second: Any = None,
-                    request: gr.Request | None = None) -> tuple[str, list[list[Any]]]:
-        """Delete one of the requester's notes, proven by a fresh probe; returns the new listing."""
+                    request: gr.Request | None = None) -> str:
+        """Delete one of the requester's notes, proven by a fresh probe."""
         try:
             number = self.note_id(note_id)
         except gr.Error:
@@ -238,8 +285,7 @@ class Controller:
         client = self.clients(request)
         proof = self.step_up(probe, second, encoder, client)
         note = self.mem.delete(number, probe=proof, client=client)
-        return (f"Deleted note {note.id}: “{render.esc(note.content)}”.",
-                render.note_rows(self.mem.get_all(probe=proof)))
+        return f"Deleted note {note.id}: “{render.esc(note.content)}”."
 
     def forget(self, confirmed: bool, probe: Any, encoder: str | None, second: Any = None,
                request: gr.Request | None = None) -> str:

@@ -1,15 +1,19 @@
 """The Gradio page, top to bottom: header, then the Compare, Chat, Enrol and Calibrate tabs.
 
-Each tab builds its components and wires its events to the Controller. Handlers write to a
-hidden State (or the API's JSON) and the visible panels are rendered from it on success, so an
-error is one toast with the app's title and never an overlay on an input; every probe an
-event consumed is cleared whatever happened, and a failure clears the results it made stale.
+Each tab builds its components and wires its buttons to the Controller as actions (`action`): the
+buttons go busy at once, the work writes to a hidden State (or the API's JSON) and raises for a toast,
+then one last event renders everything from that State, clears every probe the work consumed
+(whatever happened), clears the results a failure made stale and gives the buttons back. So what the
+page says and what it holds arrive together, a second click while an action runs is ignored, and an
+error is one toast, never an overlay on an input.
 """
 
 from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -20,27 +24,66 @@ from ..settings import Settings, memory_from_settings
 from . import render, uploads
 from .controller import UNLOCK_SECONDS, Controller
 from .messages import friendly
-from .style import GLOSS, INTRO, TITLE
+from .style import GLOSS, HEADING, INTRO, TITLE
 
 DEFAULT_QUESTION = "What is my bank card PIN?"
 PENDING_SECONDS = 600  # an unused probe left in an input is deleted after this (and by Gradio's sweep)
 PRIVATE = {"api_visibility": "private"}  # internal events: hidden from the API docs and from clients
 RAW = {"preprocess": False}  # probe events get the raw upload: Gradio never decodes (or keeps) a probe
-PROBE_PLACEHOLDER = ("Upload a photo, use the webcam, or pick a sample person below.\n"
-                     "Each probe is used for one message, then deleted.")
+PROBE_PLACEHOLDER = "Upload, use the webcam, or pick a sample person below.\nUsed for one message, then deleted."
+SECOND_PLACEHOLDER = "Only if you enrolled a face and a palm:\nthe other kind (a palm beside a face)."
 SAMPLE_BUTTONS = ("Ana", "Ben", "Chloe", "Stranger")
-LOCKED = (None, "Locked.", [], "")  # the notes listing of nobody: session, message, table, notes message
+QUICK = {"show_progress": "hidden", "concurrency_limit": None, **PRIVATE}  # an action's first and last events
 
 
-def cleared(count: int) -> Any:
-    """An event function that empties `count` inputs."""
-    return lambda: (None,) * count if count > 1 else None
+@dataclass(frozen=True)
+class Control:
+    """A button an action holds while it runs: disabled, with `busy` as its label if given."""
+
+    button: gr.Button
+    label: str
+    busy: str | None = None
 
 
-def always(event: Any, fn: Any, outputs: list[Any]) -> None:
-    """Run `fn` after `event` whether it succeeded or failed (Gradio's .then skips a failed event)."""
-    event.success(fn, None, outputs, **PRIVATE)
-    event.failure(fn, None, outputs, **PRIVATE)
+@dataclass(frozen=True)
+class Listing:
+    """"My notes" as the tab shows it: the unlocked session (kept on the server), its line and its table.
+    Made before the tabs, so a Remember anywhere can refresh it in its last event."""
+
+    unlocked: gr.State
+    message: gr.Markdown
+    table: gr.Dataframe
+
+    @property
+    def outputs(self) -> list[Any]:
+        return [self.unlocked, self.message, self.table]
+
+
+LOCKED = (None, "Locked.", [])  # the listing of nobody: session, message, table
+
+
+def action(ui: Controller, triggers: Sequence[Any], group: str, controls: Sequence[Control], work: Callable,
+           inputs: list[Any], result: Any, finish: Callable, finish_inputs: list[Any], finish_outputs: list[Any],
+           **work_options: Any) -> None:
+    """Wire one visitor action: `controls` go busy and `result` is emptied at once (a second start of
+    `group` in the same tab while one runs is ignored), `work` writes `result` (or raises: a toast), and
+    then `finish` renders `finish_outputs` from `finish_inputs` (`result` None: the work failed) in the
+    same last event that gives the controls back."""
+    buttons = [c.button for c in controls]
+
+    def begin(request: gr.Request) -> tuple[Any, ...]:
+        ui.claim(request, group)
+        return (None, *(gr.update(interactive=False, value=c.busy or c.label) for c in controls))
+
+    def end(request: gr.Request, *values: Any) -> tuple[Any, ...]:
+        ui.release(request, group)
+        return (*finish(*values), *(gr.update(interactive=True, value=c.label) for c in controls))
+
+    started = gr.on(list(triggers), begin, None, [result, *buttons], **QUICK)
+    public = "api_name" in work_options  # ask, remember and compare: the public API
+    worked = started.success(friendly(work), inputs, [result], **({} if public else PRIVATE), **work_options)
+    for landed in (worked.success, worked.failure):
+        landed(end, finish_inputs, [*finish_outputs, *buttons], **QUICK)
 
 
 def watch(component: gr.Image | gr.File) -> None:
@@ -52,43 +95,61 @@ def watch(component: gr.Image | gr.File) -> None:
                      concurrency_limit=1, concurrency_id="bm-probe-files", **PRIVATE)
 
 
-def image_input(elem_id: str, label: str, height: int, sources: list[str] | None = None) -> gr.Image:
+def image_input(elem_id: str, label: str, height: int, sources: list[str] | None = None,
+                placeholder: str | None = PROBE_PLACEHOLDER) -> gr.Image:
     image = gr.Image(label=label, sources=sources or ["upload", "webcam"], type="filepath", image_mode=None,
-                     format="png", height=height, elem_id=elem_id, webcam_options=gr.WebcamOptions(mirror=False),
-                     buttons=["fullscreen"], placeholder=PROBE_PLACEHOLDER if height > 150 else None)
+                     format="png", height=height, elem_id=elem_id, elem_classes="bm-probe",
+                     webcam_options=gr.WebcamOptions(mirror=False), buttons=["fullscreen"], placeholder=placeholder)
     watch(image)
     return image
+
+
+def samples_row(elem_id: str, capture: Callable[[str, str | None], Any], encoder: gr.Dropdown,
+                image: gr.Image) -> None:
+    """One button per sample person, putting a fresh capture of them in `image`."""
+    with gr.Row(elem_id=f"{elem_id}-samples", elem_classes="bm-samples"):
+        for person in SAMPLE_BUTTONS:
+            button = gr.Button(person, size="sm", min_width=0, elem_id=f"{elem_id}-{person.lower()}")
+            button.click(friendly(functools.partial(capture, person)), [encoder], [image],
+                         show_progress="minimal", **PRIVATE)
 
 
 def probe_input(ui: Controller, elem_id: str, label: str, encoder: gr.Dropdown, height: int = 220) -> gr.Image:
     """A probe image with one button per sample person (a fresh capture of them)."""
     image = image_input(elem_id, label, height)
-    with gr.Row(elem_id=f"{elem_id}-samples", elem_classes="bm-samples"):
-        for person in SAMPLE_BUTTONS:
-            button = gr.Button(person, size="sm", min_width=0, elem_id=f"{elem_id}-{person.lower()}")
-            button.click(friendly(functools.partial(ui.sample_capture, person)), [encoder], [image],
-                         show_progress="minimal", **PRIVATE)
+    samples_row(elem_id, ui.sample_capture, encoder, image)
+    return image
+
+
+def second_input(ui: Controller, elem_id: str, label: str, encoder: gr.Dropdown) -> gr.Image:
+    """The second probe of a step-up (the other kind: a palm beside a face), with sample buttons that
+    give a sample person's capture of that kind, so a demo person (face and palm) can prove themselves."""
+    image = image_input(elem_id, label, 180, placeholder=SECOND_PLACEHOLDER)
+    samples_row(elem_id, ui.second_sample, encoder, image)
     return image
 
 
 def header(ui: Controller) -> tuple[gr.HTML, gr.Dropdown, gr.Button, gr.Markdown]:
-    gr.Markdown(INTRO)
-    gr.Markdown(GLOSS, elem_classes="bm-gloss", elem_id="bm-gloss")
+    gr.Markdown(HEADING, elem_id="bm-heading")
+    with gr.Row(elem_id="bm-hero"):
+        with gr.Column(scale=3, min_width=300):
+            gr.Markdown(INTRO)
+            gr.Markdown(GLOSS, elem_classes="bm-gloss", elem_id="bm-gloss")
+        with gr.Column(scale=1, min_width=220, elem_id="bm-start"):  # first on a phone (style.CSS)
+            load_button = gr.Button("Load demo", variant="primary", elem_id="bm-load-demo")
+            load_message = gr.Markdown(elem_id="bm-load-message")
     choices, unavailable = ui.encoder_choices()
     with gr.Row(equal_height=True, elem_id="bm-top"):
         status = gr.HTML(ui.status(), elem_id="bm-status", scale=3, min_width=320)
         encoder = gr.Dropdown(choices, value=ui.mem.modality, label="Probe encoder", scale=1, min_width=220,
                               info="face or palm: how your probes are read", elem_id="bm-encoder")
-        with gr.Column(scale=1, min_width=200):
-            load_button = gr.Button("Load demo", variant="primary", elem_id="bm-load-demo")
-            load_message = gr.Markdown(elem_id="bm-load-message")
     if unavailable:
         gr.Markdown(unavailable, elem_classes="bm-hint", elem_id="bm-unavailable")
     return status, encoder, load_button, load_message
 
 
-def compare_tab(ui: Controller, encoder: gr.Dropdown) -> list[Any]:
-    """The one-minute story; returns [probe A, probe B, panel A, panel B, chart] for Load demo."""
+def compare_tab(ui: Controller, encoder: gr.Dropdown, load_button: gr.Button) -> dict[str, Any]:
+    """The one-minute story; returns its button, question, probes, panels and chart for Load demo."""
     gr.Markdown("One question, two people at the same agent. Each side is gated by its own probe: two "
                 "decisions, two sets of memories, two answers.", elem_classes="bm-hint")
     with gr.Row(equal_height=True):
@@ -109,23 +170,22 @@ def compare_tab(ui: Controller, encoder: gr.Dropdown) -> list[Any]:
         """One question asked as two requesters: both gate decisions, retrieved notes and answers."""
         return ui.compare(question, probe_a, probe_b, encoder, request)
 
-    def shown(result: dict[str, Any] | None) -> tuple[str, str, str]:
+    def shown(result: dict[str, Any] | None) -> tuple[Any, ...]:
         result = result or {}
         return (render.panel_html(result.get("a"), True), render.panel_html(result.get("b"), True),
-                render.compare_chart(result))
+                render.compare_chart(result), None, None)
 
-    event = button.click(friendly(compare), [question, probe_a, probe_b, encoder], [raw], api_name="compare",
-                         show_progress_on=[panel_a, panel_b], **RAW)
-    event.success(shown, [raw], [panel_a, panel_b, chart], **PRIVATE)
-    event.failure(lambda: shown(None), None, [panel_a, panel_b, chart], **PRIVATE)
-    always(event, cleared(2), [probe_a, probe_b])
-    return [probe_a, probe_b, panel_a, panel_b, chart]
+    # Load demo fills these probes: it may not run while a compare does, nor a compare while it loads.
+    action(ui, [button.click, question.submit], "compare", [Control(button, "Compare"), Control(load_button, "Load demo")],
+           compare, [question, probe_a, probe_b, encoder], raw, shown, [raw], [panel_a, panel_b, chart, probe_a, probe_b],
+           api_name="compare", show_progress_on=[panel_a, panel_b], **RAW)
+    return {"button": button, "probes": [probe_a, probe_b], "shown": [panel_a, panel_b, chart]}
 
 
-def chat_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> gr.Image:
+def chat_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Listing) -> gr.Image:
     with gr.Row():
         with gr.Column(scale=3):
-            chatbot = gr.Chatbot(label="Shared agent", height=380, elem_id="bm-chatbot",
+            chatbot = gr.Chatbot(label="Shared agent", height=380, elem_id="bm-chatbot", buttons=["copy", "copy_all"],
                                  placeholder="Ask something with a probe: the gate picks whose memories the "
                                              "agent may use. Each message says who asked.")
             with gr.Row(equal_height=True):
@@ -149,31 +209,48 @@ def chat_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> gr.Image:
         """Store `text` for whoever `probe` shows (refused for a stranger)."""
         return ui.remember(text, probe, encoder, request)
 
-    def shown(result: dict[str, Any], history: list[dict[str, Any]] | None) -> tuple[Any, ...]:
+    def shown(result: dict[str, Any] | None, history: list[dict[str, Any]] | None,
+              unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
+        if result is None:
+            return gr.skip(), render.panel_html(None), "", gr.skip(), None, gr.skip(), *(gr.skip(),) * 3
         history = [*(history or []), *render.chat_messages(result)]
         if result["kind"] == "remember":
-            return history, render.panel_html(None), "", ""
-        return history, render.panel_html(result), result["prompt"], ""
+            return (history, render.panel_html(None), "", "", None, ui.status(), *listing_now(ui, unlocked))
+        return history, render.panel_html(result), result["prompt"], "", None, ui.status(), *(gr.skip(),) * 3
 
-    for event in (gr.on([ask_button.click, question.submit], friendly(ask), [question, probe, encoder], [raw],
-                        api_name="ask", show_progress_on=[panel], **RAW),
-                  remember_button.click(friendly(remember), [question, probe, encoder], [raw],
-                                        api_name="remember", show_progress_on=[panel], **RAW)):
-        event.success(shown, [raw, chatbot], [chatbot, panel, prompt, question], **PRIVATE)
-        event.failure(lambda: (render.panel_html(None), ""), None, [panel, prompt], **PRIVATE)
-        always(event, cleared(1), [probe])
-        event.success(ui.status, None, [status], **PRIVATE)
+    controls = [Control(ask_button, "Ask"), Control(remember_button, "Remember")]
+    outputs = [chatbot, panel, prompt, question, probe, status, *listing.outputs]
+    for triggers, work, name in (([ask_button.click, question.submit], ask, "ask"),
+                                 ([remember_button.click], remember, "remember")):
+        action(ui, triggers, "chat", controls, work, [question, probe, encoder], raw, shown,
+               [raw, chatbot, listing.unlocked], outputs, api_name=name, show_progress_on=[panel], **RAW)
     return probe
 
 
-def enrol_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None:
+def listing_now(ui: Controller, unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
+    """[session, message, table] of "My notes" as the notes are now: untouched when nothing is unlocked,
+    locked when the unlocked person's session has ended."""
+    if not unlocked:
+        return (gr.skip(),) * 3
+    rows = ui.my_notes(unlocked)
+    return LOCKED if rows is None else listing_of(unlocked, rows)
+
+
+def listing_of(unlocked: dict[str, Any], rows: list[list[Any]]) -> tuple[Any, ...]:
+    """[session, message, table] of "My notes" showing `rows` of the unlocked person."""
+    message = (f"Showing the notes of **{render.esc(unlocked['label'])}** ({len(rows)}) until "
+               f"{datetime.fromtimestamp(unlocked['until']):%H:%M:%S}.")
+    return unlocked, message, rows
+
+
+def enrol_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Listing) -> None:
     gr.Markdown("### New identity\nOne or more face photos or palm images of one person (the probe encoder "
                 "at the top decides which). The images are deleted once encoded; only the templates are kept.")
     label = gr.Textbox(label="Name", elem_id="bm-enrol-name")
     files = gr.File(label="Images", file_count="multiple", file_types=["image"], type="filepath",
                     elem_id="bm-enrol-files")
     watch(files)
-    capture = image_input("bm-enrol-capture", "…and/or a capture", 200, ["webcam", "upload"])
+    capture = image_input("bm-enrol-capture", "…and/or a capture", 220, ["webcam", "upload"], placeholder=None)
     button = gr.Button("Enrol", variant="primary", elem_id="bm-enrol")
     message = gr.Markdown(elem_id="bm-enrol-message")
     result = gr.State(None)
@@ -182,16 +259,15 @@ def enrol_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None:
               progress: gr.Progress = gr.Progress()) -> str:  # noqa: B008 - Gradio's idiom
         return ui.enroll(label, files, capture, encoder, progress, request)
 
-    event = button.click(friendly(enrol), [label, files, capture, encoder], [result],
-                         show_progress_on=[message], **PRIVATE, **RAW)
-    event.success(lambda text: (text, ""), [result], [message, label], **PRIVATE)
-    event.failure(lambda: "", None, [message], **PRIVATE)
-    always(event, cleared(2), [files, capture])
-    event.success(ui.status, None, [status], **PRIVATE)
+    def enrolled(text: str | None) -> tuple[Any, ...]:
+        return (text, "", None, None, ui.status()) if text else ("", gr.skip(), None, None, gr.skip())
+
+    action(ui, [button.click], "enrol", [Control(button, "Enrol")], enrol, [label, files, capture, encoder], result,
+           enrolled, [result], [message, label, files, capture, status], show_progress_on=[message], **RAW)
 
     gr.Markdown("### Remember something\nStored for whoever the probe matches; refused for a stranger.")
     text = gr.Textbox(label="Memory", elem_id="bm-memo")
-    probe = probe_input(ui, "bm-memo-probe", "Probe", encoder, height=180)
+    probe = probe_input(ui, "bm-memo-probe", "Probe", encoder, height=200)
     memo_button = gr.Button("Remember", elem_id="bm-memo-button")
     memo_message = gr.Markdown(elem_id="bm-memo-message")
     stored = gr.State(None)
@@ -199,61 +275,64 @@ def enrol_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None:
     def memo(text: str, probe: Any, encoder: str | None, request: gr.Request) -> dict[str, Any]:
         return ui.remember(text, probe, encoder, request)
 
-    def shown(result: dict[str, Any]) -> tuple[str, str]:
-        return (f"✎ Stored as note {result['note']['id']} for **{render.esc(result['owner'])}**: "
-                f"“{render.esc(result['note']['content'])}”.", "")
+    def shown(result: dict[str, Any] | None, unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
+        if result is None:
+            return "", gr.skip(), None, gr.skip(), *(gr.skip(),) * 3
+        stored = (f"✎ Stored as note {result['note']['id']} for **{render.esc(result['owner'])}**: "
+                  f"“{render.esc(result['note']['content'])}”.")
+        return stored, "", None, ui.status(), *listing_now(ui, unlocked)
 
-    event = memo_button.click(friendly(memo), [text, probe, encoder], [stored], show_progress_on=[memo_message],
-                              **PRIVATE, **RAW)
-    event.success(shown, [stored], [memo_message, text], **PRIVATE)
-    event.failure(lambda: "", None, [memo_message], **PRIVATE)
-    always(event, cleared(1), [probe])
-    event.success(ui.status, None, [status], **PRIVATE)
+    action(ui, [memo_button.click], "memo", [Control(memo_button, "Remember")], memo, [text, probe, encoder], stored,
+           shown, [stored, listing.unlocked], [memo_message, text, probe, status, *listing.outputs],
+           show_progress_on=[memo_message], **RAW)
 
 
-def notes_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None:
+def notes_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Listing) -> None:
     gr.Markdown(f"### My notes\nShow a clear probe to see your own notes for {UNLOCK_SECONDS // 60} minutes in "
-                "this tab. Deleting a note or forgetting yourself asks for a fresh probe each time.")
-    unlocked = gr.State(None, time_to_live=UNLOCK_SECONDS)
+                "this tab. Deleting a note or forgetting yourself asks for a fresh probe each time. The demo "
+                "people enrolled a face and a palm: pick them in both boxes.")
     timer = gr.Timer(15)  # hides an unlocked listing once its time is up
-    probe = probe_input(ui, "bm-unlock-probe", "Probe", encoder, height=180)
-    second = image_input("bm-unlock-second", "Second probe, if you enrolled a face and a palm (the other kind)", 120)
+    probe = probe_input(ui, "bm-unlock-probe", "Probe", encoder, height=200)
+    second = second_input(ui, "bm-unlock-second", "Second probe (the other kind)", encoder)
     with gr.Row():
         unlock_button = gr.Button("Unlock my notes", variant="primary", elem_id="bm-unlock")
         lock_button = gr.Button("Lock", elem_id="bm-lock")
-    message = gr.Markdown("Locked.", elem_id="bm-unlock-message")
-    table = gr.Dataframe(headers=["id", "time", "memory", "tags"], interactive=False, wrap=True, max_height=320,
-                         elem_id="bm-my-notes")
-    listing = [unlocked, message, table, changes_panel(ui, encoder, status, [unlocked, message, table])]
+    listing.message.render()
+    listing.table.render()
     result = gr.State(None)
+    notes_message = changes_panel(ui, encoder, status, listing)
 
     def unlock(probe: Any, second: Any, encoder: str | None, request: gr.Request) -> dict[str, Any]:
         return ui.unlock(probe, encoder, second, request)
 
-    def show_unlocked(session: dict[str, Any]) -> tuple[Any, ...]:
-        return ({"identity": session["identity"], "until": session["until"]},
-                f"Showing the notes of **{render.esc(session['label'])}** ({len(session['rows'])}) until "
-                f"{datetime.fromtimestamp(session['until']):%H:%M:%S}.", session["rows"], "")
+    def shown(session: dict[str, Any] | None, before: dict[str, Any] | None) -> tuple[Any, ...]:
+        ui.lock(before)  # a new unlock, or a failed one, ends the listing shown before
+        if session is None:
+            return (*LOCKED, "", None, None)
+        unlocked = {key: session[key] for key in ("token", "bound", "label", "until")}
+        return (*listing_of(unlocked, session["rows"]), "", None, None)
 
-    def lock_when_due(session: dict[str, Any] | None) -> tuple[Any, ...]:
-        return LOCKED if session and session["until"] < time.time() else (gr.skip(),) * 4
+    def lock(unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
+        ui.lock(unlocked)
+        return (*LOCKED, "")
 
-    event = unlock_button.click(friendly(unlock), [probe, second, encoder], [result], show_progress_on=[message],
-                                **PRIVATE, **RAW)
-    event.success(show_unlocked, [result], listing, **PRIVATE)
-    event.failure(lambda: LOCKED, None, listing, **PRIVATE)
-    always(event, cleared(2), [probe, second])
-    lock_button.click(lambda: LOCKED, None, listing, **PRIVATE)
-    timer.tick(lock_when_due, [unlocked], listing, show_progress="hidden", **PRIVATE)
+    def lock_when_due(unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
+        return lock(unlocked) if unlocked and unlocked["until"] < time.time() else (gr.skip(),) * 4
+
+    action(ui, [unlock_button.click], "unlock", [Control(unlock_button, "Unlock my notes"), Control(lock_button, "Lock")],
+           unlock, [probe, second, encoder], result, shown, [result, listing.unlocked],
+           [*listing.outputs, notes_message, probe, second], show_progress_on=[listing.message], **RAW)
+    lock_button.click(lock, [listing.unlocked], [*listing.outputs, notes_message], **PRIVATE)
+    timer.tick(lock_when_due, [listing.unlocked], [*listing.outputs, notes_message], show_progress="hidden", **PRIVATE)
 
 
-def changes_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, view: list[Any]) -> gr.Markdown:
-    """Delete a note or forget oneself, each proven by a fresh probe (never by the unlock); `view` is
-    [unlocked session, its message, the notes table]. Returns the panel's message."""
-    fresh = probe_input(ui, "bm-confirm-probe", "Fresh probe to delete or forget", encoder, height=160)
-    fresh_second = image_input("bm-confirm-second", "Second fresh probe, if you enrolled a face and a palm", 120)
+def changes_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Listing) -> gr.Markdown:
+    """Delete a note or forget oneself, each proven by a fresh probe (never by the unlock); the listing
+    shows the unlocked person's notes as they are afterwards. Returns the panel's message."""
+    fresh = probe_input(ui, "bm-confirm-probe", "Fresh probe to delete or forget", encoder, height=200)
+    fresh_second = second_input(ui, "bm-confirm-second", "Second fresh probe (the other kind)", encoder)
     with gr.Row(equal_height=True):
-        note_id = gr.Number(None, label="Note id", precision=0, minimum=1, scale=1, elem_id="bm-note-id")
+        note_id = gr.Textbox(label="Note id", placeholder="from the first column", scale=1, elem_id="bm-note-id")
         delete_button = gr.Button("Delete note", variant="secondary", scale=1, elem_id="bm-delete")
     with gr.Accordion("Forget me", open=False):
         gr.Markdown("Erases whoever the fresh probe shows: every note, link, history entry, template and index "
@@ -261,25 +340,32 @@ def changes_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, view: l
         confirm = gr.Checkbox(label="I understand: erase everything of mine", elem_id="bm-forget-ok")
         forget_button = gr.Button("Forget me", variant="stop", elem_id="bm-forget")
     notes_message = gr.Markdown(elem_id="bm-notes-message")
-    result, table = gr.State(None), view[2]
+    result = gr.State(None)
+    controls = [Control(delete_button, "Delete note"), Control(forget_button, "Forget me")]
 
-    def delete(note: Any, probe: Any, second: Any, encoder: str | None, request: gr.Request) -> tuple[str, list]:
+    def delete(note: Any, probe: Any, second: Any, encoder: str | None, request: gr.Request) -> str:
         return ui.delete_note(note, probe, encoder, second, request)
-
-    event = delete_button.click(friendly(delete), [note_id, fresh, fresh_second, encoder], [result],
-                                show_progress_on=[notes_message], **PRIVATE, **RAW)
-    event.success(lambda done: (done[0], done[1], None), [result], [notes_message, table, note_id], **PRIVATE)
-    always(event, cleared(2), [fresh, fresh_second])
-    event.success(ui.status, None, [status], **PRIVATE)
 
     def forget(confirmed: bool, probe: Any, second: Any, encoder: str | None, request: gr.Request) -> str:
         return ui.forget(confirmed, probe, encoder, second, request)
 
-    event = forget_button.click(friendly(forget), [confirm, fresh, fresh_second, encoder], [result],
-                                show_progress_on=[notes_message], **PRIVATE, **RAW)
-    event.success(lambda done: (*LOCKED[:3], done, False), [result], [*view, notes_message, confirm], **PRIVATE)
-    always(event, cleared(2), [fresh, fresh_second])
-    event.success(ui.status, None, [status], **PRIVATE)
+    def deleted(done: str | None, unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
+        if done is None:
+            return gr.skip(), gr.skip(), None, None, gr.skip(), *(gr.skip(),) * 3
+        return done, "", None, None, ui.status(), *listing_now(ui, unlocked)
+
+    def forgotten(done: str | None, unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
+        if done is None:
+            return gr.skip(), gr.skip(), None, None, gr.skip(), *(gr.skip(),) * 3
+        return done, False, None, None, ui.status(), *listing_now(ui, unlocked)
+
+    outputs = [fresh, fresh_second, status, *listing.outputs]
+    action(ui, [delete_button.click], "change", controls, delete, [note_id, fresh, fresh_second, encoder], result,
+           deleted, [result, listing.unlocked], [notes_message, note_id, *outputs],
+           show_progress_on=[notes_message], **RAW)
+    action(ui, [forget_button.click], "change", controls, forget, [confirm, fresh, fresh_second, encoder], result,
+           forgotten, [result, listing.unlocked], [notes_message, confirm, *outputs],
+           show_progress_on=[notes_message], **RAW)
     return notes_message
 
 
@@ -294,11 +380,16 @@ def import_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, chat_pro
         person = gr.Dropdown([f"LoCoMo {i + 1}" for i in range(10)], value="LoCoMo 1", label="Sample person", scale=2)
         sample_button = gr.Button("Put a capture in the Chat probe", scale=1)
     message = gr.Markdown(elem_id="bm-locomo-message")
+    result = gr.State(None)
 
     def run(path: str, count: float, progress: gr.Progress = gr.Progress()) -> str:  # noqa: B008
         return ui.import_locomo(path, int(count), progress)
 
-    button.click(friendly(run), [path, count], [message], **PRIVATE).success(ui.status, None, [status], **PRIVATE)
+    def shown(done: str | None) -> tuple[Any, ...]:
+        return (done, ui.status()) if done else ("", gr.skip())
+
+    action(ui, [button.click], "import", [Control(button, "Import")], run, [path, count], result, shown, [result],
+           [message, status], show_progress_on=[message])
     sample_button.click(friendly(ui.sample_capture), [person, encoder], [chat_probe], **PRIVATE)
 
 
@@ -309,7 +400,6 @@ def calibrate_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None
     registry = gr.Dataframe(ui.encoder_table(), headers=["encoder", "kind", "dim", "default τ", "τ in this store",
                             "loads here", "weights", "licence"], interactive=False, label="Encoder registry",
                             elem_id="bm-registry")
-    report = gr.State(None)
     with gr.Row(equal_height=True):
         source = gr.Radio([("Sample people (shipped faces / synthetic palms)", "samples"),
                            ("A folder on the server: DIR/<person>/<images>", "folder")], value="samples",
@@ -323,20 +413,53 @@ def calibrate_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None
         store_intersection = gr.Button("Store τ (intersection, the paper's)")
         store_fmr = gr.Button("Store τ (at FMR ≤ 1e-3)")
     message = gr.Markdown()
+    report, calibrated, stored = gr.State(None), gr.State(None), gr.State(None)
 
     def calibrate(encoder: str | None, source: str, folder: str,
-                  progress: gr.Progress = gr.Progress()) -> tuple[Any, ...]:  # noqa: B008
+                  progress: gr.Progress = gr.Progress()) -> dict[str, Any]:  # noqa: B008
         done = ui.calibrate(encoder, source, folder, progress)
-        return (done, *ui.calibration_view(done))
+        return {"report": done, "view": ui.calibration_view(done)}
 
-    button.click(friendly(calibrate), [encoder, source, folder], [report, plot, table], **PRIVATE)
+    def shown(done: dict[str, Any] | None) -> tuple[Any, ...]:
+        return (done["report"], *done["view"]) if done else (gr.skip(),) * 3
+
+    action(ui, [button.click], "calibrate", [Control(button, "Compute histograms and DET")], calibrate,
+           [encoder, source, folder], calibrated, shown, [calibrated], [report, plot, table], show_progress_on=[plot])
+
+    def tau_stored(done: str | None) -> tuple[Any, ...]:
+        return (done, ui.encoder_table(), ui.status()) if done else (gr.skip(),) * 3
+
+    controls = [Control(store_intersection, "Store τ (intersection, the paper's)"),
+                Control(store_fmr, "Store τ (at FMR ≤ 1e-3)")]
     for store, which in ((store_intersection, "intersection"), (store_fmr, "fmr")):
-        event = store.click(friendly(functools.partial(store_tau, ui, which=which)), [report], [message], **PRIVATE)
-        event.success(ui.encoder_table, None, [registry], **PRIVATE).then(ui.status, None, [status], **PRIVATE)
+        action(ui, [store.click], "tau", controls, functools.partial(store_tau, ui, which=which), [report], stored,
+               tau_stored, [stored], [message, registry, status])
 
 
 def store_tau(ui: Controller, report: Any, *, which: str) -> str:
     return ui.store_tau(report, which)
+
+
+def demo_panel(ui: Controller, load_button: gr.Button, load_message: gr.Markdown, encoder: gr.Dropdown,
+               status: gr.HTML, compare: dict[str, Any]) -> None:
+    """Load demo: its message, the status line and Compare's prefilled probes (Ana and a stranger) land
+    in one event; Compare waits, and says so, until they have."""
+    loaded = gr.State(None)
+
+    def load_demo(encoder: str | None, progress: gr.Progress = gr.Progress()) -> dict[str, Any]:  # noqa: B008
+        message = ui.load_demo(progress)
+        return {"message": message, "probes": [ui.sample_capture("Ana", encoder), ui.sample_capture("Stranger", encoder)]}
+
+    def shown(done: dict[str, Any] | None) -> tuple[Any, ...]:
+        if done is None:
+            return "", ui.status(), *(gr.skip(),) * 5
+        empty = render.panel_html(None, True)
+        return done["message"], ui.status(), *done["probes"], empty, empty, ""
+
+    action(ui, [load_button.click], "compare",
+           [Control(load_button, "Load demo"), Control(compare["button"], "Compare", busy="Waiting for the demo…")],
+           load_demo, [encoder], loaded, shown, [loaded], [load_message, status, *compare["probes"], *compare["shown"]],
+           show_progress_on=[load_message])
 
 
 def build_app(memory: BioMemory | None = None, *, settings: Settings | None = None,
@@ -346,33 +469,26 @@ def build_app(memory: BioMemory | None = None, *, settings: Settings | None = No
     ui = Controller(memory if memory is not None else memory_from_settings(settings), settings, admin=admin)
     with gr.Blocks(title=TITLE, analytics_enabled=False, delete_cache=(60, PENDING_SECONDS)) as page:
         status, encoder, load_button, load_message = header(ui)
+        listing = Listing(gr.State(None, time_to_live=UNLOCK_SECONDS),
+                          gr.Markdown("Locked.", elem_id="bm-unlock-message", render=False),
+                          gr.Dataframe(headers=["id", "time", "memory", "tags"], interactive=False, wrap=True,
+                                       max_height=320, elem_id="bm-my-notes", render=False))
         with gr.Tabs(elem_id="bm-tabs"):
             with gr.Tab("Compare", id="compare", elem_id="bm-tab-compare"):
-                compare = compare_tab(ui, encoder)
+                compare = compare_tab(ui, encoder, load_button)
             with gr.Tab("Chat", id="chat", elem_id="bm-tab-chat"):
-                chat_probe = chat_tab(ui, encoder, status)
+                chat_probe = chat_tab(ui, encoder, status, listing)
             with gr.Tab("Enrol", id="enrol", elem_id="bm-tab-enrol"):
                 with gr.Row():
                     with gr.Column():
-                        enrol_column(ui, encoder, status)
+                        enrol_column(ui, encoder, status, listing)
                     with gr.Column():
-                        notes_column(ui, encoder, status)
+                        notes_column(ui, encoder, status, listing)
                 with gr.Accordion("Import LoCoMo conversations (server path)", open=False, visible=ui.admin):
                     import_panel(ui, encoder, status, chat_probe)
             with gr.Tab("Calibrate", id="calibrate", elem_id="bm-tab-calibrate"):
                 calibrate_tab(ui, encoder, status)
-
-        def load_demo(progress: gr.Progress = gr.Progress()) -> str:  # noqa: B008
-            return ui.load_demo(progress)
-
-        def prefill(encoder: str | None) -> tuple[Any, ...]:
-            """Compare works out of the box: A is Ana, B a stranger (fresh captures), no stale results."""
-            empty = render.panel_html(None, True)
-            return ui.sample_capture("Ana", encoder), ui.sample_capture("Stranger", encoder), empty, empty, ""
-
-        loaded = load_button.click(friendly(load_demo), None, [load_message], **PRIVATE)
-        loaded.success(ui.status, None, [status], **PRIVATE)
-        loaded.success(friendly(prefill), [encoder], compare, **PRIVATE)
+        demo_panel(ui, load_button, load_message, encoder, status, compare)
         page.load(ui.status, None, [status], **PRIVATE)
     page.queue(default_concurrency_limit=2, max_size=64)
     page.biomem_app = ui  # the controller, for tests and for main()

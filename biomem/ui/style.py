@@ -6,8 +6,9 @@ import gradio as gr
 
 TITLE = "Bio-Memory"
 
+HEADING = "# Bio-Memory — one agent, many people, each with their own memories"
+
 INTRO = """\
-# Bio-Memory — one agent, many people, each with their own memories
 Every memory belongs to a face or palmprint. When someone asks, their probe is matched first (the
 **gate**); only the matched person's memories may reach the LLM — **a stranger gets none**.
 Try it: **Load demo**, then **Compare** the same question as Ana and as a stranger, then **Chat**
@@ -63,7 +64,21 @@ CSS = """
 .bm-c-tau {stroke: rgb(210,60,60); stroke-width: 2;}
 .bm-c-a {fill: rgb(40,110,220);}
 .bm-c-b {fill: rgb(230,140,30);}
+/* probe images: the label sits above the drop zone, not over its upload icon and words */
+.bm-probe {display: flex !important; flex-direction: column !important;}
+.bm-probe > label[data-testid='block-label'] {position: static !important; flex: none; align-self: flex-start;
+  margin: 6px 0 0 6px; max-width: calc(100% - 12px); overflow: hidden; text-overflow: ellipsis; white-space: nowrap;}
+.bm-probe > .image-container {flex: 1 1 0; min-height: 0; height: auto !important;}
+.bm-probe .upload-container > .wrap > div > button > .wrap {min-height: 0; height: 100%;}  /* "Access webcam" */
+/* the chat: its label above the messages, not over the first one; no clear button (the chat is the record) */
+#bm-chatbot .wrapper {flex-direction: column;}
+#bm-chatbot .wrapper > label[data-testid='block-label'] {position: static; flex: none; align-self: flex-start;
+  margin: 6px 0 4px 6px;}
+#bm-chatbot .bubble-wrap {flex: 1 1 0; min-height: 0; height: auto;}
+#bm-chatbot button[aria-label='Clear'] {display: none;}
 @media (max-width: 640px) {
+  #bm-heading h1 {font-size: 1.45em;}
+  #bm-start {order: -1;}  /* Load demo right under the heading, not below the introduction */
   #bm-top {flex-direction: column !important;}
   #bm-top > * {min-width: 0 !important; width: 100% !important;}
   .bm-status {word-break: normal; overflow-wrap: anywhere;}
