@@ -7,7 +7,6 @@ every other visitor's ask wait; and concurrent first uses of one encoder load it
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -24,10 +23,12 @@ class GatedEncoder(Encoder):
                        description="test", weights="none", license="MIT",
                        threshold_source="test")
     gate = threading.Event()
+    loading = threading.Event()  # set once a load has begun
     loads = 0
 
     def __init__(self) -> None:
         type(self).loads += 1
+        self.loading.set()
         if not self.gate.wait(30):
             raise TimeoutError("the test never opened the gate")
 
@@ -39,6 +40,7 @@ class GatedEncoder(Encoder):
 def gated(monkeypatch):
     monkeypatch.setattr(modalities, "_registered", {**modalities._registered, GatedEncoder.info.name: GatedEncoder})
     GatedEncoder.gate.clear()
+    GatedEncoder.loading.clear()
     GatedEncoder.loads = 0
     yield GatedEncoder
     GatedEncoder.gate.set()
@@ -49,11 +51,11 @@ def test_a_slow_encoder_does_not_hold_up_another(make_memory, gated):
     loading = [threading.Thread(target=mem.encoder, args=("test-gated",)) for _ in range(3)]
     for thread in loading:
         thread.start()
-    time.sleep(0.2)  # all three are now inside the slow load (or waiting for it)
-    started = time.monotonic()
-    assert mem.encoder("palm-compcode").name == "palm-compcode"  # another encoder: no wait
+    assert gated.loading.wait(30)  # one of them is inside the slow load; the others wait for it or come later
+    # Other encoders load while it is held: had they waited for it, they would return only after the gate
+    # timed out (it opens below), and the three threads would have ended.
+    assert mem.encoder("palm-compcode").name == "palm-compcode"
     assert mem.encoder().name == "face-arcface-s"
-    assert time.monotonic() - started < 5
     assert all(thread.is_alive() for thread in loading)
     gated.gate.set()
     for thread in loading:
