@@ -2,7 +2,7 @@
 
     settings = Settings.from_env()            # os.environ; bad values are InvalidInputError
     mem = memory_from_settings(settings)      # what the CLI and the web app serve
-    print(markdown_table())                   # README's table (python -m biomem.settings)
+    print(markdown_table())                   # docs/configuration.md's table (python -m biomem.settings)
 
 Each field's metadata names its variable(s), says what it means, shows its default and which
 surfaces honour it (engine: `BioMemory` and the modules under it; CLI: `biomem`; app: the web
@@ -168,7 +168,7 @@ def _cache(env: Environ) -> Path:
 
 def _setting(env: tuple[str, ...], meaning: str, default: str, surfaces: tuple[str, ...],
              read: Callable[[Environ], Any], *, argument: str = "", secret: bool = False) -> Any:
-    """A Settings field: how it is read and what the README's table says about it."""
+    """A Settings field: how it is read and what the table in docs/configuration.md says about it."""
     return field(repr=not secret, metadata={"env": env, "meaning": meaning, "default": default,
                                             "surfaces": surfaces, "argument": argument, "read": read})
 
@@ -283,7 +283,7 @@ class Settings:
 
 
 def markdown_table() -> str:
-    """README's configuration table, one row per setting, from the fields' metadata."""
+    """The configuration table of docs/configuration.md, one row per setting, from the fields' metadata."""
     rows = ["| variable | meaning | default | used by | argument |",
             "|---|---|---|---|---|"]
     for f in fields(Settings):

@@ -1,8 +1,8 @@
 """One configuration: every environment variable is read, checked and documented in biomem.settings.
 
-The README's table is generated from the settings, each variable does what the table says where
-it says (engine, CLI, app), a bad value is one clear error naming the variable, and no other
-module reads a variable on its own.
+The table in docs/configuration.md is generated from the settings, each variable does what the
+table says where it says (engine, CLI, app), a bad value is one clear error naming the variable, and
+no other module reads a variable on its own.
 """
 
 import ast
@@ -43,14 +43,16 @@ def documented() -> dict[str, str]:
 # ---- the table ------------------------------------------------------------------------------------
 
 
-def test_the_readme_table_is_the_generated_one():
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_table_is_the_generated_one():
+    page = (ROOT / "docs" / "configuration.md").read_text()
     start, end = "<!-- settings-table:start -->\n", "<!-- settings-table:end -->"
-    assert readme.count(start) == 1 and readme.count(end) == 1
-    section = readme[readme.index("## Configuration"):]
-    assert section.index(start) < section.index("\n## ")  # in "## Configuration", nowhere else
-    assert readme[readme.index(start) + len(start):readme.index(end)] == markdown_table()
-    assert "| variable | meaning | default |" not in readme.replace(markdown_table(), "")  # no second table
+    assert page.count(start) == 1 and page.count(end) == 1
+    section = page[page.index("## Environment variables"):]
+    assert section.index(start) < section.index("\n## ")  # in "## Environment variables", nowhere else
+    assert page[page.index(start) + len(start):page.index(end)] == markdown_table()
+    pages = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    text = "".join(p.read_text() for p in pages).replace(markdown_table(), "", 1)
+    assert "| variable | meaning | default |" not in text  # no second table, here or in any other page
 
 
 def test_python_m_biomem_settings_prints_the_table():
