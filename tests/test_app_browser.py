@@ -51,7 +51,8 @@ OVERLAPS = """() => {
       && e.getBoundingClientRect().width > 0
       && (e.tagName === 'svg' || [...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim())));
     for (const word of words) {
-      const r = word.getBoundingClientRect(), what = `${box.id}: ${(word.textContent || word.tagName).trim().slice(0, 30)}`;
+      const r = word.getBoundingClientRect();
+      const what = `${box.id}: ${(word.textContent || word.tagName).trim().slice(0, 30)}`;
       if (label && hit(label.getBoundingClientRect(), r)) found.push(`${what} under the label`);
       if (bar && hit(bar.getBoundingClientRect(), r)) found.push(`${what} under the source bar`);
       if (r.bottom > whole.bottom + 1 || r.top < whole.top - 1) found.push(`${what} outside the box`);
@@ -454,7 +455,8 @@ def test_the_page_holds_what_it_shows_and_the_rough_edges_are_gone(chromium_path
                 expect(phone.locator(f"#bm-tab-{tab}-button")).to_be_visible()
             assert phone.locator("#bm-status .bm-status").bounding_box()["width"] >= 300
             phone.screenshot(path=shots / "04-phone.png")
-            for tab, probe in (("compare", "bm-cmp-probe-b"), ("chat", "bm-chat-probe"), ("enrol", "bm-confirm-second")):
+            boxes = {"compare": "bm-cmp-probe-b", "chat": "bm-chat-probe", "enrol": "bm-confirm-second"}
+            for tab, probe in boxes.items():
                 phone.click(f"#bm-tab-{tab}-button")
                 expect(phone.locator(f"#{probe}")).to_be_visible()
                 assert phone.evaluate(OVERLAPS) == [], tab

@@ -47,8 +47,8 @@ class Control:
 
 @dataclass(frozen=True)
 class Listing:
-    """"My notes" as the tab shows it: the unlocked session (kept on the server), its line and its table.
-    Made before the tabs, so a Remember anywhere can refresh it in its last event."""
+    """The "My notes" listing: the unlocked session (kept on the server), its line and its table. Made
+    before the tabs, so a Remember in any tab can refresh it in its last event."""
 
     unlocked: gr.State
     message: gr.Markdown
@@ -149,7 +149,7 @@ def header(ui: Controller) -> tuple[gr.HTML, gr.Dropdown, gr.Button, gr.Markdown
 
 
 def compare_tab(ui: Controller, encoder: gr.Dropdown, load_button: gr.Button) -> dict[str, Any]:
-    """The one-minute story; returns its button, question, probes, panels and chart for Load demo."""
+    """The one-minute story; returns its button, its probes and what shows a result, for Load demo."""
     gr.Markdown("One question, two people at the same agent. Each side is gated by its own probe: two "
                 "decisions, two sets of memories, two answers.", elem_classes="bm-hint")
     with gr.Row(equal_height=True):
@@ -176,9 +176,10 @@ def compare_tab(ui: Controller, encoder: gr.Dropdown, load_button: gr.Button) ->
                 render.compare_chart(result), None, None)
 
     # Load demo fills these probes: it may not run while a compare does, nor a compare while it loads.
-    action(ui, [button.click, question.submit], "compare", [Control(button, "Compare"), Control(load_button, "Load demo")],
-           compare, [question, probe_a, probe_b, encoder], raw, shown, [raw], [panel_a, panel_b, chart, probe_a, probe_b],
-           api_name="compare", show_progress_on=[panel_a, panel_b], **RAW)
+    controls = [Control(button, "Compare"), Control(load_button, "Load demo")]
+    action(ui, [button.click, question.submit], "compare", controls, compare, [question, probe_a, probe_b, encoder],
+           raw, shown, [raw], [panel_a, panel_b, chart, probe_a, probe_b], api_name="compare",
+           show_progress_on=[panel_a, panel_b], **RAW)
     return {"button": button, "probes": [probe_a, probe_b], "shown": [panel_a, panel_b, chart]}
 
 
@@ -319,9 +320,10 @@ def notes_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing:
     def lock_when_due(unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
         return lock(unlocked) if unlocked and unlocked["until"] < time.time() else (gr.skip(),) * 4
 
-    action(ui, [unlock_button.click], "unlock", [Control(unlock_button, "Unlock my notes"), Control(lock_button, "Lock")],
-           unlock, [probe, second, encoder], result, shown, [result, listing.unlocked],
-           [*listing.outputs, notes_message, probe, second], show_progress_on=[listing.message], **RAW)
+    controls = [Control(unlock_button, "Unlock my notes"), Control(lock_button, "Lock")]
+    action(ui, [unlock_button.click], "unlock", controls, unlock, [probe, second, encoder], result, shown,
+           [result, listing.unlocked], [*listing.outputs, notes_message, probe, second],
+           show_progress_on=[listing.message], **RAW)
     lock_button.click(lock, [listing.unlocked], [*listing.outputs, notes_message], **PRIVATE)
     timer.tick(lock_when_due, [listing.unlocked], [*listing.outputs, notes_message], show_progress="hidden", **PRIVATE)
 
@@ -448,7 +450,8 @@ def demo_panel(ui: Controller, load_button: gr.Button, load_message: gr.Markdown
 
     def load_demo(encoder: str | None, progress: gr.Progress = gr.Progress()) -> dict[str, Any]:  # noqa: B008
         message = ui.load_demo(progress)
-        return {"message": message, "probes": [ui.sample_capture("Ana", encoder), ui.sample_capture("Stranger", encoder)]}
+        probes = [ui.sample_capture("Ana", encoder), ui.sample_capture("Stranger", encoder)]
+        return {"message": message, "probes": probes}
 
     def shown(done: dict[str, Any] | None) -> tuple[Any, ...]:
         if done is None:
