@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 
 import httpx
 import pytest
@@ -19,6 +20,7 @@ from biomem.server import create_app, served
 from biomem.server import rest
 from biomem.server.mcp import register_tools
 from biomem.settings import Settings
+from tests.test_app import served_app
 
 # Doors that are parts of a route's body, not routes (checked by the route's own tests).
 BODY_DOORS = {"rest:add by identity id", "rest:precomputed embedding", "rest:store counts"}
@@ -82,3 +84,56 @@ def test_every_route_opens_only_for_its_role(keyed):
                 expected = ("AuthenticationError", 401) if role == "public" else ("NotAuthorisedError", 403)
                 assert (refused, reply.status_code) == expected, (door, role, reply.text)
     assert mem.store.counts() == before
+
+
+def call_event(url: str, fn_index: int, data: list, session: str) -> dict:
+    """One page event called the way an outsider would: POST to Gradio's queue (no browser, no key),
+    then read the stream to the event's last message."""
+    joined = httpx.post(f"{url}gradio_api/queue/join", json={
+        "data": data, "fn_index": fn_index, "session_hash": session, "event_data": None, "trigger_id": None})
+    assert joined.status_code == 200, joined.text
+    with httpx.stream("GET", f"{url}gradio_api/queue/data?session_hash={session}", timeout=120) as events:
+        for line in events.iter_lines():
+            if line.startswith("data:") and '"process_completed"' in line:
+                return json.loads(line[5:])
+    raise AssertionError(f"event {fn_index} never completed")
+
+
+@pytest.fixture
+def keyed_page(tmp_path, text_encoder, face_encoder):
+    """The page over the demo store with an agent key in the store (as under `biomem serve`)."""
+    mem = BioMemory(tmp_path / "page.db", text_model=text_encoder, encoder=face_encoder)
+    build_demo(mem)
+    secret = create_key(mem.store, "operator", "agent")[0]
+    with served_app(mem, tmp_path / "cache") as served:
+        yield served, secret
+    mem.close()
+
+
+def test_every_page_event_is_a_door_and_opens_only_for_its_role(keyed_page):
+    """Every event the running page registers, posted to the queue without a key with the values its
+    inputs hold on load: only the public ones answer anything but the door's refusal, and nothing is
+    written. Then an operator signs in with the key in one tab: that tab may enrol, another may not."""
+    served, secret = keyed_page
+    config = httpx.get(f"{served.url}config").json()
+    values = {c["id"]: c.get("props", {}).get("value") for c in config["components"]}
+    events = {d["id"]: d for d in config["dependencies"]}
+    assert set(events) == set(served.demo.fns)
+    before = served.mem.store.counts()
+    for fn_index, fn in served.demo.fns.items():
+        name = getattr(fn.fn, "door", None)
+        assert name in access.PAGE, f"event {fn_index} ({fn.name}) is not a door of biomem.access"
+        reply = call_event(served.url, fn_index, [values.get(i) for i in events[fn_index]["inputs"]], f"out{fn_index}")
+        refused = "this caller's role is public" in json.dumps(reply)
+        assert refused == (not access.allowed(name, "public")), (fn_index, name, reply)
+    assert served.mem.store.counts() == before
+
+    enrol = next(i for i, fn in served.demo.fns.items() if fn.fn.door == "page:enrol")
+    sign_in = next(i for i, fn in served.demo.fns.items() if fn.fn.door == "page:sign_in"
+                   and len(events[i]["inputs"]) == 1)
+    wrong = call_event(served.url, sign_in, ["bm_not-a-key"], "operator")
+    assert wrong["success"] is False and "unknown or revoked" in json.dumps(wrong)
+    assert call_event(served.url, sign_in, [secret], "operator")["success"] is True
+    enrolment = ["Dana", None, None, None]  # no images: the door opens, then enrolment asks for them
+    assert "No images" in json.dumps(call_event(served.url, enrol, enrolment, "operator"))
+    assert "this caller's role is public" in json.dumps(call_event(served.url, enrol, enrolment, "someone else"))

@@ -2,8 +2,8 @@
 
 Every decision (who matched, which notes may be read, what is stored or erased, attempt
 limits, step-up, how long an unlocked listing lasts) is the engine's; this layer reads and deletes
-probe uploads, checks that a field was filled in, keeps the admin switch (settings.admin) for
-server-side actions, and knows which action each browser tab has under way.
+probe uploads, checks that a field was filled in, knows each visitor's role (doors.Operators: an API key
+signed in on the page, else the store's default) and which action each browser tab has under way.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from PIL import Image
 
 import modalities
 
-from .. import demo
+from .. import access, demo
 from ..calibrate import CalibrationReport, calibrate_folder, calibrate_samples, save
 from ..disclosure import note_view
 from ..errors import BioMemError, TooManyAttemptsError
@@ -32,6 +32,7 @@ from ..limits import client_keys
 from ..memory import BioMemory
 from ..settings import Settings
 from . import render, uploads
+from .doors import Operators
 from .messages import fail, hint, readable
 
 log = logging.getLogger("biomem.ui")
@@ -55,6 +56,7 @@ class Controller:
         self.mem = mem
         self.settings = settings = settings or Settings.from_env()
         self.admin = settings.admin if admin is None else admin
+        self.operators = Operators(mem.store, admin=self.admin)
         self._building = threading.Lock()  # one demo build or import at a time
         self._running: set[tuple[str, str]] = set()  # (browser tab, action group) with work under way
         self._running_lock = threading.Lock()
@@ -195,9 +197,7 @@ class Controller:
         return f"Loaded {', '.join(demo.DEMO_PEOPLE)} with face photos{palms} and a few memories each."
 
     def import_locomo(self, path: str, conversations: int, progress: Progress = _silent) -> str:
-        """Import LoCoMo conversations from a server path (admin only)."""
-        if not self.admin:
-            raise fail("Imports from a server path are disabled here (set BIOMEM_ADMIN=1).", "Not allowed")
+        """Import LoCoMo conversations from a server path (the page's door: admin only)."""
         with self._building:
             done = import_locomo(self.mem, (path or "").strip(), int(conversations), palm=self.palm_encoder(),
                                  progress=lambda fraction, desc: progress(fraction, desc=desc))
@@ -327,13 +327,12 @@ class Controller:
         note = "; ".join(f"`{s.name}` ({short(s.reason)})" for s in missing)
         return [s.name for s in ready], f"Not available on this server: {note}." if note else ""
 
-    def calibrate(self, encoder: str | None, source: str, folder: str = "",
-                  progress: Progress = _silent) -> CalibrationReport:
+    def calibrate(self, encoder: str | None, source: str, folder: str = "", progress: Progress = _silent,
+                  request: gr.Request | None = None) -> CalibrationReport:
         """Genuine/impostor scores of `encoder` on the sample people (or, admin only, a server folder)."""
         name = encoder or self.mem.modality
         if source == "folder":
-            if not self.admin:
-                raise fail("Folder calibration is disabled here (set BIOMEM_ADMIN=1).", "Not allowed")
+            access.require("page:calibrate_folder", self.operators.role(request), "Calibrating on a server folder")
             progress(0.1, desc=f"Encoding the images under {folder} with {name}…")
             return calibrate_folder(self.mem.encoder(name), Path((folder or "").strip()).expanduser())
         progress(0.1, desc=f"Encoding sample captures with {name}…")
@@ -346,9 +345,7 @@ class Controller:
         return plot, render.calibration_text(report, self.mem.threshold(report.modality))
 
     def store_tau(self, report: CalibrationReport | None, which: str) -> str:
-        """Store the report's τ (admin only)."""
-        if not self.admin:
-            raise fail("Storing τ is disabled here (set BIOMEM_ADMIN=1).", "Not allowed")
+        """Store the report's τ (the page's door: admin only)."""
         if report is None:
             raise hint("Run a calibration first.", "No calibration")
         tau = save(report, self.mem, which=which)

@@ -5,7 +5,8 @@ buttons go busy at once, the work writes to a hidden State (or the API's JSON) a
 then one last event renders everything from that State, clears every probe the work consumed
 (whatever happened), clears the results a failure made stale and gives the buttons back. So what the
 page says and what it holds arrive together, a second click while an action runs is ignored, and an
-error is one toast, never an overlay on an input.
+error is one toast, never an overlay on an input. Every event is a door of biomem.access (`on` and
+`action` name it): its handler checks the visitor's role first, however the event is called.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..memory import BioMemory
 from ..settings import Settings, memory_from_settings
 from . import render, uploads
 from .controller import UNLOCK_SECONDS, Controller
+from .doors import door
 from .messages import friendly
 from .style import GLOSS, HEADING, INTRO, TITLE
 
@@ -62,13 +64,18 @@ class Listing:
 LOCKED = (None, "Locked.", [])  # the listing of nobody: session, message, table
 
 
+def on(ui: Controller, name: str, fn: Callable) -> Callable:
+    """`fn` as the page event `name` of biomem.access, with engine errors as readable toasts."""
+    return friendly(door(ui.operators, name, fn))
+
+
 def action(ui: Controller, triggers: Sequence[Any], group: str, controls: Sequence[Control], work: Callable,
            inputs: list[Any], result: Any, finish: Callable, finish_inputs: list[Any], finish_outputs: list[Any],
-           **work_options: Any) -> None:
+           *, name: str, **work_options: Any) -> None:
     """Wire one visitor action: `controls` go busy and `result` is emptied at once (a second start of
     `group` in the same tab while one runs is ignored), `work` writes `result` (or raises: a toast), and
     then `finish` renders `finish_outputs` from `finish_inputs` (`result` None: the work failed) in the
-    same last event that gives the controls back."""
+    same last event that gives the controls back. `name` is the work's door in biomem.access."""
     buttons = [c.button for c in controls]
 
     def begin(request: gr.Request) -> tuple[Any, ...]:
@@ -79,53 +86,53 @@ def action(ui: Controller, triggers: Sequence[Any], group: str, controls: Sequen
         ui.release(request, group)
         return (*finish(*values), *(gr.update(interactive=True, value=c.label) for c in controls))
 
-    started = gr.on(list(triggers), begin, None, [result, *buttons], **QUICK)
+    started = gr.on(list(triggers), on(ui, "page:view", begin), None, [result, *buttons], **QUICK)
     public = "api_name" in work_options  # ask, remember and compare: the public API
-    worked = started.success(friendly(work), inputs, [result], **({} if public else PRIVATE), **work_options)
+    worked = started.success(on(ui, name, work), inputs, [result], **({} if public else PRIVATE), **work_options)
     for landed in (worked.success, worked.failure):
-        landed(end, finish_inputs, [*finish_outputs, *buttons], **QUICK)
+        landed(on(ui, "page:view", end), finish_inputs, [*finish_outputs, *buttons], **QUICK)
 
 
-def watch(component: gr.Image | gr.File) -> None:
+def watch(ui: Controller, component: gr.Image | gr.File) -> None:
     """Files replaced or abandoned in `component` are deleted (now, or when the session ends)."""
     pending = gr.State([], time_to_live=PENDING_SECONDS, delete_callback=uploads.discard_pending)
     # One worker for all of them: a session's changes run in order, so an older change can never
     # delete the file a newer one holds.
-    component.change(uploads.track, [component, pending], [pending], show_progress="hidden", preprocess=False,
-                     concurrency_limit=1, concurrency_id="bm-probe-files", **PRIVATE)
+    component.change(on(ui, "page:view", uploads.track), [component, pending], [pending], show_progress="hidden",
+                     preprocess=False, concurrency_limit=1, concurrency_id="bm-probe-files", **PRIVATE)
 
 
-def image_input(elem_id: str, label: str, height: int, sources: list[str] | None = None,
+def image_input(ui: Controller, elem_id: str, label: str, height: int, sources: list[str] | None = None,
                 placeholder: str | None = PROBE_PLACEHOLDER) -> gr.Image:
     image = gr.Image(label=label, sources=sources or ["upload", "webcam"], type="filepath", image_mode=None,
                      format="png", height=height, elem_id=elem_id, elem_classes="bm-probe",
                      webcam_options=gr.WebcamOptions(mirror=False), buttons=["fullscreen"], placeholder=placeholder)
-    watch(image)
+    watch(ui, image)
     return image
 
 
-def samples_row(elem_id: str, capture: Callable[[str, str | None], Any], encoder: gr.Dropdown,
+def samples_row(ui: Controller, elem_id: str, capture: Callable[[str, str | None], Any], encoder: gr.Dropdown,
                 image: gr.Image) -> None:
     """One button per sample person, putting a fresh capture of them in `image`."""
     with gr.Row(elem_id=f"{elem_id}-samples", elem_classes="bm-samples"):
         for person in SAMPLE_BUTTONS:
             button = gr.Button(person, size="sm", min_width=0, elem_id=f"{elem_id}-{person.lower()}")
-            button.click(friendly(functools.partial(capture, person)), [encoder], [image],
+            button.click(on(ui, "page:sample", functools.partial(capture, person)), [encoder], [image],
                          show_progress="minimal", **PRIVATE)
 
 
 def probe_input(ui: Controller, elem_id: str, label: str, encoder: gr.Dropdown, height: int = 220) -> gr.Image:
     """A probe image with one button per sample person (a fresh capture of them)."""
-    image = image_input(elem_id, label, height)
-    samples_row(elem_id, ui.sample_capture, encoder, image)
+    image = image_input(ui, elem_id, label, height)
+    samples_row(ui, elem_id, ui.sample_capture, encoder, image)
     return image
 
 
 def second_input(ui: Controller, elem_id: str, label: str, encoder: gr.Dropdown) -> gr.Image:
     """The second probe of a step-up (the other kind: a palm beside a face), with sample buttons that
     give a sample person's capture of that kind, so a demo person (face and palm) can prove themselves."""
-    image = image_input(elem_id, label, 180, placeholder=SECOND_PLACEHOLDER)
-    samples_row(elem_id, ui.second_sample, encoder, image)
+    image = image_input(ui, elem_id, label, 180, placeholder=SECOND_PLACEHOLDER)
+    samples_row(ui, elem_id, ui.second_sample, encoder, image)
     return image
 
 
@@ -178,7 +185,7 @@ def compare_tab(ui: Controller, encoder: gr.Dropdown, load_button: gr.Button) ->
     # Load demo fills these probes: it may not run while a compare does, nor a compare while it loads.
     controls = [Control(button, "Compare"), Control(load_button, "Load demo")]
     action(ui, [button.click, question.submit], "compare", controls, compare, [question, probe_a, probe_b, encoder],
-           raw, shown, [raw], [panel_a, panel_b, chart, probe_a, probe_b], api_name="compare",
+           raw, shown, [raw], [panel_a, panel_b, chart, probe_a, probe_b], name="page:compare", api_name="compare",
            show_progress_on=[panel_a, panel_b], **RAW)
     return {"button": button, "probes": [probe_a, probe_b], "shown": [panel_a, panel_b, chart]}
 
@@ -224,7 +231,7 @@ def chat_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Lis
     for triggers, work, name in (([ask_button.click, question.submit], ask, "ask"),
                                  ([remember_button.click], remember, "remember")):
         action(ui, triggers, "chat", controls, work, [question, probe, encoder], raw, shown,
-               [raw, chatbot, listing.unlocked], outputs, api_name=name, show_progress_on=[panel], **RAW)
+               [raw, chatbot, listing.unlocked], outputs, name=f"page:{name}", api_name=name, show_progress_on=[panel], **RAW)
     return probe
 
 
@@ -250,8 +257,8 @@ def enrol_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing:
     label = gr.Textbox(label="Name", elem_id="bm-enrol-name")
     files = gr.File(label="Images", file_count="multiple", file_types=["image"], type="filepath",
                     elem_id="bm-enrol-files")
-    watch(files)
-    capture = image_input("bm-enrol-capture", "…and/or a capture", 220, ["webcam", "upload"], placeholder=None)
+    watch(ui, files)
+    capture = image_input(ui, "bm-enrol-capture", "…and/or a capture", 220, ["webcam", "upload"], placeholder=None)
     button = gr.Button("Enrol", variant="primary", elem_id="bm-enrol")
     message = gr.Markdown(elem_id="bm-enrol-message")
     result = gr.State(None)
@@ -264,7 +271,8 @@ def enrol_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing:
         return (text, "", None, None, ui.status()) if text else ("", gr.skip(), None, None, gr.skip())
 
     action(ui, [button.click], "enrol", [Control(button, "Enrol")], enrol, [label, files, capture, encoder], result,
-           enrolled, [result], [message, label, files, capture, status], show_progress_on=[message], **RAW)
+           enrolled, [result], [message, label, files, capture, status], name="page:enrol", show_progress_on=[message],
+           **RAW)
 
     gr.Markdown("### Remember something\nStored for whoever the probe matches; refused for a stranger.")
     text = gr.Textbox(label="Memory", elem_id="bm-memo")
@@ -285,7 +293,7 @@ def enrol_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing:
 
     action(ui, [memo_button.click], "memo", [Control(memo_button, "Remember")], memo, [text, probe, encoder], stored,
            shown, [stored, listing.unlocked], [memo_message, text, probe, status, *listing.outputs],
-           show_progress_on=[memo_message], **RAW)
+           name="page:remember", show_progress_on=[memo_message], **RAW)
 
 
 def notes_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Listing) -> None:
@@ -323,9 +331,9 @@ def notes_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing:
     controls = [Control(unlock_button, "Unlock my notes"), Control(lock_button, "Lock")]
     action(ui, [unlock_button.click], "unlock", controls, unlock, [probe, second, encoder], result, shown,
            [result, listing.unlocked], [*listing.outputs, notes_message, probe, second],
-           show_progress_on=[listing.message], **RAW)
-    lock_button.click(lock, [listing.unlocked], [*listing.outputs, notes_message], **PRIVATE)
-    timer.tick(lock_when_due, [listing.unlocked], [*listing.outputs, notes_message], show_progress="hidden", **PRIVATE)
+           name="page:unlock", show_progress_on=[listing.message], **RAW)
+    lock_button.click(on(ui, "page:view", lock), [listing.unlocked], [*listing.outputs, notes_message], **PRIVATE)
+    timer.tick(on(ui, "page:view", lock_when_due), [listing.unlocked], [*listing.outputs, notes_message], show_progress="hidden", **PRIVATE)
 
 
 def changes_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Listing) -> gr.Markdown:
@@ -364,10 +372,10 @@ def changes_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing
     outputs = [fresh, fresh_second, status, *listing.outputs]
     action(ui, [delete_button.click], "change", controls, delete, [note_id, fresh, fresh_second, encoder], result,
            deleted, [result, listing.unlocked], [notes_message, note_id, *outputs],
-           show_progress_on=[notes_message], **RAW)
+           name="page:delete_note", show_progress_on=[notes_message], **RAW)
     action(ui, [forget_button.click], "change", controls, forget, [confirm, fresh, fresh_second, encoder], result,
            forgotten, [result, listing.unlocked], [notes_message, confirm, *outputs],
-           show_progress_on=[notes_message], **RAW)
+           name="page:forget", show_progress_on=[notes_message], **RAW)
     return notes_message
 
 
@@ -391,8 +399,8 @@ def import_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, chat_pro
         return (done, ui.status()) if done else ("", gr.skip())
 
     action(ui, [button.click], "import", [Control(button, "Import")], run, [path, count], result, shown, [result],
-           [message, status], show_progress_on=[message])
-    sample_button.click(friendly(ui.sample_capture), [person, encoder], [chat_probe], **PRIVATE)
+           [message, status], name="page:import_locomo", show_progress_on=[message])
+    sample_button.click(on(ui, "page:sample", ui.sample_capture), [person, encoder], [chat_probe], **PRIVATE)
 
 
 def calibrate_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None:
@@ -417,16 +425,17 @@ def calibrate_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None
     message = gr.Markdown()
     report, calibrated, stored = gr.State(None), gr.State(None), gr.State(None)
 
-    def calibrate(encoder: str | None, source: str, folder: str,
+    def calibrate(encoder: str | None, source: str, folder: str, request: gr.Request,
                   progress: gr.Progress = gr.Progress()) -> dict[str, Any]:  # noqa: B008
-        done = ui.calibrate(encoder, source, folder, progress)
+        done = ui.calibrate(encoder, source, folder, progress, request)
         return {"report": done, "view": ui.calibration_view(done)}
 
     def shown(done: dict[str, Any] | None) -> tuple[Any, ...]:
         return (done["report"], *done["view"]) if done else (gr.skip(),) * 3
 
     action(ui, [button.click], "calibrate", [Control(button, "Compute histograms and DET")], calibrate,
-           [encoder, source, folder], calibrated, shown, [calibrated], [report, plot, table], show_progress_on=[plot])
+           [encoder, source, folder], calibrated, shown, [calibrated], [report, plot, table],
+           name="page:calibrate_samples", show_progress_on=[plot])
 
     def tau_stored(done: str | None) -> tuple[Any, ...]:
         return (done, ui.encoder_table(), ui.status()) if done else (gr.skip(),) * 3
@@ -435,7 +444,31 @@ def calibrate_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None
                 Control(store_fmr, "Store τ (at FMR ≤ 1e-3)")]
     for store, which in ((store_intersection, "intersection"), (store_fmr, "fmr")):
         action(ui, [store.click], "tau", controls, functools.partial(store_tau, ui, which=which), [report], stored,
-               tau_stored, [stored], [message, registry, status])
+               tau_stored, [stored], [message, registry, status], name="page:store_tau")
+
+
+def operator_panel(ui: Controller) -> None:
+    """Sign in with an API key the operator issued: on a store with keys, enrolling and loading the demo
+    need an agent key, server paths and τ an admin key (biomem.access); the key is checked, never kept."""
+    gr.Markdown("On a server with API keys, enrolling people and loading the demo need an operator's key "
+                "(`biomem keys create NAME`). The key is checked on the server for this tab only.")
+    with gr.Row(equal_height=True):
+        secret = gr.Textbox(label="API key", type="password", scale=3, elem_id="bm-operator-key")
+        sign_in = gr.Button("Sign in", scale=1, elem_id="bm-sign-in")
+        sign_out = gr.Button("Sign out", scale=1, elem_id="bm-sign-out")
+    message = gr.Markdown(elem_id="bm-operator-message")
+
+    def signed_in(secret: str, request: gr.Request) -> tuple[str, str]:
+        role = ui.operators.sign_in(secret, request)
+        return f"Signed in as **{role}** in this tab.", ""
+
+    def signed_out(request: gr.Request) -> str:
+        ui.operators.sign_out(request)
+        return "Signed out."
+
+    event = sign_in.click(on(ui, "page:sign_in", signed_in), [secret], [message, secret], **PRIVATE)
+    event.failure(on(ui, "page:view", lambda: ""), None, [secret], **PRIVATE)
+    sign_out.click(on(ui, "page:sign_in", signed_out), None, [message], **PRIVATE)
 
 
 def store_tau(ui: Controller, report: Any, *, which: str) -> str:
@@ -462,7 +495,7 @@ def demo_panel(ui: Controller, load_button: gr.Button, load_message: gr.Markdown
     action(ui, [load_button.click], "compare",
            [Control(load_button, "Load demo"), Control(compare["button"], "Compare", busy="Waiting for the demo…")],
            load_demo, [encoder], loaded, shown, [loaded], [load_message, status, *compare["probes"], *compare["shown"]],
-           show_progress_on=[load_message])
+           name="page:load_demo", show_progress_on=[load_message])
 
 
 def build_app(memory: BioMemory | None = None, *, settings: Settings | None = None,
@@ -489,10 +522,12 @@ def build_app(memory: BioMemory | None = None, *, settings: Settings | None = No
                         notes_column(ui, encoder, status, listing)
                 with gr.Accordion("Import LoCoMo conversations (server path)", open=False, visible=ui.admin):
                     import_panel(ui, encoder, status, chat_probe)
+                with gr.Accordion("Operator sign-in", open=False, elem_id="bm-operator"):
+                    operator_panel(ui)
             with gr.Tab("Calibrate", id="calibrate", elem_id="bm-tab-calibrate"):
                 calibrate_tab(ui, encoder, status)
         demo_panel(ui, load_button, load_message, encoder, status, compare)
-        page.load(ui.status, None, [status], **PRIVATE)
+        page.load(on(ui, "page:status", ui.status), None, [status], **PRIVATE)
     page.queue(default_concurrency_limit=2, max_size=64)
     page.biomem_app = ui  # the controller, for tests and for main()
     return page
