@@ -21,13 +21,15 @@ from typing import Any
 
 from .errors import AuthenticationError, BioMemError, InvalidInputError
 from .eval import add_eval_parser
-from .settings import Settings, memory_from_settings
+from .settings import Settings
 
 
 def _memory(args: argparse.Namespace):  # noqa: ANN202 - BioMemory, imported lazily (torch is slow)
     """The BioMemory of the settings, with --db, --encoder, --llm and --policy over them."""
-    return memory_from_settings(dataclasses.replace(args.settings, db=args.db, encoder=args.encoder,
-                                                    llm=args.llm, policy=args.policy))
+    from .memory import BioMemory
+
+    return BioMemory.from_settings(dataclasses.replace(args.settings, db=args.db, encoder=args.encoder,
+                                                       llm=args.llm, policy=args.policy))
 
 
 def _print_json(data: Any) -> None:
@@ -159,10 +161,11 @@ def cmd_serve(args: argparse.Namespace) -> None:
                                   f"or bind 127.0.0.1")
     import uvicorn
 
+    from .memory import BioMemory
     from .server.app import create_app, uvicorn_config
 
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with memory_from_settings(settings) as mem:
+    with BioMemory.from_settings(settings) as mem:
         app = create_app(mem, settings, ui=not args.no_ui, mcp=not args.no_mcp)
         if settings.load_demo and not mem.identities():
             page = getattr(app.state, "page", None)

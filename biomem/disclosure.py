@@ -13,8 +13,6 @@ from typing import Any
 
 from .gate import GateResult
 from .records import Identity
-
-DISCLOSURES = ("private", "demo")
 DIGITS = 2  # scores are shown rounded: an exact cosine is a gradient for a forger
 
 

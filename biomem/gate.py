@@ -17,9 +17,7 @@ import numpy as np
 from .blas import one_thread
 from .errors import InvalidInputError, ModalityMismatchError
 from .storage import MemoryStore
-
-POLICIES = ("best", "all")
-FUSIONS = ("all", "any", "sum")
+from .vocabulary import FUSIONS, POLICIES
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,7 @@ from typing import Any
 
 from .errors import InvalidInputError
 from .storage import MemoryStore
-
-ROLES = ("agent", "admin")
+from .vocabulary import KEY_ROLES
 PREFIX = "bm_"
 
 
@@ -44,8 +43,8 @@ def digest(secret: str) -> str:
 
 def create_key(store: MemoryStore, name: str, role: str = "agent") -> tuple[str, ApiKey]:
     """A new key: (the secret, to hand over once; its ApiKey)."""
-    if role not in ROLES:
-        raise InvalidInputError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+    if role not in KEY_ROLES:
+        raise InvalidInputError(f"role must be one of {', '.join(KEY_ROLES)}, got {role!r}")
     if not isinstance(name, str) or not name.strip():
         raise InvalidInputError("a key needs a name (who or what uses it)")
     secret = PREFIX + secrets.token_urlsafe(32)

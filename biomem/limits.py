@@ -18,43 +18,15 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidInputError, TooManyAttemptsError
+from .errors import TooManyAttemptsError
+from .vocabulary import AttemptLimits
 
 if TYPE_CHECKING:
     from .storage import MemoryStore
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class AttemptLimits:
-    """Defaults: 20 misses per 10 minutes, then 60 s of cool-down, doubling up to a day."""
-
-    misses: int = 20
-    window: float = 600.0
-    cooldown: float = 60.0
-    max_cooldown: float = 86_400.0
-
-    @classmethod
-    def parse(cls, text: str) -> AttemptLimits | None:
-        """"off", or "MISSES/WINDOW[/COOLDOWN]" in seconds, e.g. "20/600/60" ($BIOMEM_ATTEMPTS)."""
-        text = text.strip().lower()
-        if text in ("off", "0", "none", "false"):
-            return None
-        try:
-            parts = [float(p) for p in text.split("/")]
-            if not 2 <= len(parts) <= 3 or min(parts) <= 0:
-                raise ValueError
-        except ValueError:
-            raise InvalidInputError(f"attempt limits are 'off' or 'MISSES/WINDOW[/COOLDOWN]', got {text!r}") from None
-        return cls(int(parts[0]), parts[1], *(parts[2:] or [cls.cooldown]))
-
-    def cooldown_for(self, strikes: int) -> float:
-        """How long a client's `strikes`-th cool-down lasts: `cooldown`, doubling, at most `max_cooldown`."""
-        return min(self.cooldown * 2 ** (strikes - 1), self.max_cooldown)
 
 
 def client_keys(session: str | None, address: str | None, forwarded_for: str | None = None, *,

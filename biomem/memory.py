@@ -12,6 +12,7 @@ types SearchResult and Answer, biomem.results', are re-exported here.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -23,11 +24,11 @@ import modalities
 
 from .agent import MemoryAgent
 from .biometrics import Biometrics, Clients
-from .disclosure import DISCLOSURES, gate_view, kept_out_view, people_view
+from .disclosure import gate_view, kept_out_view, people_view
 from .encoders import EncoderCache
 from .errors import DisclosureError, InvalidInputError, StoreCorruptError, TextTooLongError, UnknownIdentityError
-from .gate import FUSIONS, POLICIES, Gate, GateResult
-from .limits import AttemptLimiter, AttemptLimits
+from .gate import Gate, GateResult
+from .limits import AttemptLimiter
 from .llm import LLM, answer_prompt, fit_notes, make_llm
 from .records import Note, check_id
 from .results import Answer, SearchResult
@@ -36,6 +37,7 @@ from .settings import MIN_PROMPT_TOKENS, Settings
 from .storage import MemoryStore, is_postgres, open_store, sqlite_path
 from .textenc import TextEncoder, default_onnx_cache
 from .timeparse import parse_timestamp
+from .vocabulary import DISCLOSURES, FUSIONS, POLICIES, AttemptLimits
 
 DEFAULT_ENCODER = "face-arcface-s"  # the paper's face encoder (ArcFace, insightface buffalo_s)
 # A memory is refused past MAX_NOTE_CHARS characters rather than split: a split would make one text
@@ -44,6 +46,8 @@ DEFAULT_ENCODER = "face-arcface-s"  # the paper's face encoder (ArcFace, insight
 # the first 1,000 of it anyway. A question or query is refused past MAX_QUESTION_CHARS.
 MAX_NOTE_CHARS = 2_000
 MAX_QUESTION_CHARS = 1_000
+
+log = logging.getLogger(__name__)
 
 
 class BioMemory(Biometrics):
@@ -118,6 +122,23 @@ class BioMemory(Biometrics):
         self.agent = MemoryAgent(self.store, self.partitions, self.text, self.llm)
         self._enrolling = threading.Lock()  # check-then-insert of enrolments is one step
         self.sessions = Sessions()  # open requester sessions (see session())
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **overrides: Any) -> BioMemory:
+        """The BioMemory the CLI and the app serve: `settings.db` (default Settings.from_env()) with its
+        policy and defaults, then BIOMEM_TAU stored. `overrides` go to BioMemory as they are (tests pass
+        loaded models). A "demo" disclosure on a store that holds real enrolments falls back to
+        "private" (logged)."""
+        settings = settings or Settings.from_env()
+        options: dict[str, Any] = {"policy": settings.policy, "settings": settings, **overrides}
+        try:
+            mem = cls(settings.db, **options)
+        except DisclosureError as exc:
+            log.warning("%s: serving with the private disclosure", exc)
+            mem = cls(settings.db, **{**options, "disclosure": "private"})
+        for modality, tau in settings.tau.items():
+            mem.set_threshold(tau, modality, source="env BIOMEM_TAU")
+        return mem
 
     def _check_disclosure(self, mode: str, force: bool) -> str:
         if mode not in DISCLOSURES:

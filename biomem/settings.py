@@ -1,7 +1,7 @@
 """One configuration: every environment variable Bio-Memory reads, parsed and checked in one place.
 
     settings = Settings.from_env()            # os.environ; bad values are InvalidInputError
-    mem = memory_from_settings(settings)      # what the CLI and the web app serve
+    mem = BioMemory.from_settings(settings)   # what the CLI and the web app serve
     print(markdown_table())                   # docs/configuration.md's table (python -m biomem.settings)
 
 Each field's metadata names its variable(s), says what it means, shows its default and which
@@ -22,18 +22,13 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import modalities.ccnet
 import modalities.weights
 
-from .errors import DisclosureError, InvalidInputError
-from .limits import AttemptLimits
-
-if TYPE_CHECKING:
-    from .memory import BioMemory
-
-log = logging.getLogger(__name__)
+from .errors import InvalidInputError
+from .vocabulary import DISCLOSURES, POLICIES, AttemptLimits
 
 T = TypeVar("T")
 Environ = Mapping[str, str]
@@ -95,14 +90,10 @@ def _one_of(allowed: tuple[str, ...]) -> Callable[[str], str]:
 
 
 def _policy(env: Environ) -> str:
-    from .gate import POLICIES  # here, not at the top: gate -> store -> sealing imports this module
-
     return _parsed(env, "BIOMEM_POLICY", _one_of(POLICIES), "best")
 
 
 def _disclosure(env: Environ) -> str:
-    from .disclosure import DISCLOSURES  # as for _policy
-
     return _parsed(env, "BIOMEM_DISCLOSURE", _one_of(DISCLOSURES), "demo" if _on_space(env) else "private")
 
 
@@ -291,24 +282,6 @@ def markdown_table() -> str:
         rows.append(f"| {', '.join(f'`{name}`' for name in meta['env'])} | {meta['meaning']} | {meta['default']} "
                     f"| {', '.join(meta['surfaces'])} | {meta['argument'] or '—'} |")
     return "\n".join(rows) + "\n"
-
-
-def memory_from_settings(settings: Settings | None = None, **overrides: Any) -> BioMemory:
-    """The BioMemory the CLI and the app serve: `settings.db` with its policy and defaults, then
-    BIOMEM_TAU stored. `overrides` go to BioMemory as they are (tests pass loaded models). A
-    "demo" disclosure on a store that holds real enrolments falls back to "private" (logged)."""
-    from .memory import BioMemory
-
-    settings = settings or Settings.from_env()
-    options: dict[str, Any] = {"policy": settings.policy, "settings": settings, **overrides}
-    try:
-        mem = BioMemory(settings.db, **options)
-    except DisclosureError as exc:
-        log.warning("%s: serving with the private disclosure", exc)
-        mem = BioMemory(settings.db, **{**options, "disclosure": "private"})
-    for modality, tau in settings.tau.items():
-        mem.set_threshold(tau, modality, source="env BIOMEM_TAU")
-    return mem
 
 
 if __name__ == "__main__":

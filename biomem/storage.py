@@ -17,10 +17,10 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 
 from .errors import InvalidInputError
-from .limits import AttemptLimits
 from .records import Identity, Note
 from .sealing import Sealer, load_key
 from .settings import Settings
+from .vocabulary import AttemptLimits
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 

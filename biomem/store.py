@@ -30,7 +30,7 @@ from .errors import (
     StoreCorruptError,
     UnknownIdentityError,
 )
-from .limits import AttemptLimits, record_misses
+from .limits import record_misses
 from .migrations import migrate_1_to_2
 from .note_rows import NoteRows
 from .records import Identity, Note, check_id, from_blob, now_iso, to_blob
@@ -38,6 +38,7 @@ from .schema import SCHEMA, SCHEMA_VERSION, statements
 from .sealing import Sealer
 from .settings import Settings
 from .storage import COLUMNS, KEYS, SealedTemplates, SearchIndex
+from .vocabulary import AttemptLimits
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "Identity", "Note", "Store", "check_id", "from_blob", "now_iso", "to_blob"]
 

@@ -28,7 +28,6 @@ import app
 from biomem import BioMemory
 from biomem.calibrate import SAMPLE_PALMS
 from biomem.demo import DEMO_PEOPLE, demo_capture
-from biomem.settings import memory_from_settings
 from biomem.llm import OfflineLLM, OpenAIChat
 from biomem.samples import group_photo_path
 from biomem.ui import Controller, render, uploads
@@ -384,7 +383,7 @@ def test_configuration_from_the_environment(monkeypatch, tmp_path, text_encoder,
     monkeypatch.setenv("BIOMEM_LLM", "offline")
     monkeypatch.setenv("BIOMEM_POLICY", "all")
     monkeypatch.setenv("BIOMEM_TAU", "face-arcface-s=0.5, palm-compcode=0.4")
-    mem = memory_from_settings(text_model=text_encoder, encoder=face_encoder)
+    mem = BioMemory.from_settings(text_model=text_encoder, encoder=face_encoder)
     try:
         assert mem.path == tmp_path / "env.db" and mem.policy == "all" and mem.llm.name == "offline"
         assert mem.threshold("face-arcface-s") == pytest.approx(0.5)

@@ -30,7 +30,8 @@ from biomem.errors import (
     TooManyAttemptsError,
 )
 from biomem.keys import create_key
-from biomem.limits import AttemptLimiter, AttemptLimits
+from biomem.limits import AttemptLimiter
+from biomem.vocabulary import AttemptLimits
 from biomem.messages import readable
 from biomem.server import create_app
 from biomem.settings import Settings

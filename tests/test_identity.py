@@ -563,7 +563,8 @@ def test_rekey_reseals_every_template_and_identification_keeps_working(
 def limited(pair):
     """The pair's store with 3 misses per 60 s, then 10 s of cool-down, on a fake clock."""
     mem, ana, ben = pair
-    from biomem.limits import AttemptLimiter, AttemptLimits
+    from biomem.limits import AttemptLimiter
+    from biomem.vocabulary import AttemptLimits
 
     clock = FakeClock()
     mem.limiter = AttemptLimiter(AttemptLimits(misses=3, window=60.0, cooldown=10.0), mem.store, clock=clock)

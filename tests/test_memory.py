@@ -22,7 +22,7 @@ from biomem import (
     UnknownIdentityError,
 )
 from biomem.errors import TooManyAttemptsError
-from biomem.limits import AttemptLimits
+from biomem.vocabulary import AttemptLimits
 from biomem.llm import NO_MEMORY_ANSWER, NOT_MENTIONED, Evolution, OfflineLLM
 from biomem.samples import group_photo_path
 

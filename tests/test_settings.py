@@ -20,10 +20,10 @@ import modalities.ccnet
 import modalities.weights
 from biomem.cli import build_parser, main
 from biomem.errors import DisclosureError, InvalidInputError, KeyUnavailableError, ModelUnavailableError
-from biomem.limits import AttemptLimits
-from biomem.memory import DEFAULT_ENCODER
+from biomem.vocabulary import AttemptLimits
+from biomem.memory import DEFAULT_ENCODER, BioMemory
 from biomem.sealing import encode_key, new_key
-from biomem.settings import DEFAULT_TEXT_MODEL, Settings, markdown_table, memory_from_settings
+from biomem.settings import DEFAULT_TEXT_MODEL, Settings, markdown_table
 from biomem.textenc import TextEncoder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -236,15 +236,15 @@ def test_a_bad_variable_stops_the_cli_with_one_line_and_status_2(monkeypatch, ca
     assert err.startswith("biomem: InvalidInputError: BIOMEM_POLICY='foo'")
 
 
-def test_memory_from_settings_serves_private_on_a_real_store_and_stores_tau(tmp_path, make_memory, face_probe,
-                                                                             text_encoder, face_encoder, caplog):
+def test_from_settings_serves_private_on_a_real_store_and_stores_tau(tmp_path, make_memory, face_probe,
+                                                                      text_encoder, face_encoder, caplog):
     real = make_memory("real.db")
     real.enroll("Rhiannon", [face_probe(3, 0)])  # a real person: no demo disclosure on this store
     real.close()
     configured = settings(BIOMEM_DB=str(tmp_path / "real.db"), BIOMEM_DISCLOSURE="demo", BIOMEM_POLICY="all",
                           BIOMEM_TAU="0.52,palm-compcode=0.3")
-    with caplog.at_level(logging.WARNING, logger="biomem.settings"):
-        mem = memory_from_settings(configured, text_model=text_encoder, encoder=face_encoder)
+    with caplog.at_level(logging.WARNING, logger="biomem.memory"):
+        mem = BioMemory.from_settings(configured, text_model=text_encoder, encoder=face_encoder)
     try:
         assert mem.disclosure == "private" and "private disclosure" in caplog.text
         assert mem.policy == "all"

@@ -21,11 +21,12 @@ from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool
 
 from ..errors import DuplicateLabelError, StoreCorruptError, UnknownIdentityError
-from ..limits import AttemptLimits, record_misses
+from ..limits import record_misses
 from ..records import Identity, check_id, now_iso
 from ..sealing import Sealer
 from ..settings import Settings
 from ..storage import COLUMNS, KEYS, SealedTemplates, SearchIndex, without_password
+from ..vocabulary import AttemptLimits
 from .note_rows import PgNoteRows, as_array
 from .schema import APP_ROLE, MIGRATIONS, SCHEMA_VERSION
 

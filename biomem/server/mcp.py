@@ -58,8 +58,9 @@ from .. import access
 from ..aio import AsyncBioMemory
 from ..disclosure import note_view
 from ..errors import BioMemError, InvalidInputError
-from ..keys import ROLES, ApiKey
+from ..keys import ApiKey
 from ..messages import readable  # the words of the web app's toasts and the REST errors (no gradio import)
+from ..vocabulary import KEY_ROLES
 from .auth import authenticator, loopback, presented_key
 from .errors import invalid
 from .models import refuse_nul
@@ -200,7 +201,7 @@ class MCPApp:
             await _reply(send, 401, "A valid API key is needed: Authorization: Bearer <key>",
                          [(b"www-authenticate", b'Bearer realm="biomem"')])
             return
-        if key.role not in ROLES:
+        if key.role not in KEY_ROLES:
             await _reply(send, 403, "This key's role may not use the memory tools")
             return
         if scope["method"] != "POST":  # stateless: no SSE stream to GET, no session to DELETE

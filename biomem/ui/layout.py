@@ -21,7 +21,7 @@ from typing import Any
 import gradio as gr
 
 from ..memory import BioMemory
-from ..settings import Settings, memory_from_settings
+from ..settings import Settings
 from . import render, uploads
 from .controller import UNLOCK_SECONDS, Controller
 from .doors import door
@@ -502,7 +502,7 @@ def build_app(memory: BioMemory | None = None, *, settings: Settings | None = No
               admin: bool | None = None) -> gr.Blocks:
     """The Gradio app over `memory` (default: built from `settings`, default from the environment)."""
     settings = settings or Settings.from_env()
-    ui = Controller(memory if memory is not None else memory_from_settings(settings), settings, admin=admin)
+    ui = Controller(memory if memory is not None else BioMemory.from_settings(settings), settings, admin=admin)
     with gr.Blocks(title=TITLE, analytics_enabled=False, delete_cache=(60, PENDING_SECONDS)) as page:
         status, encoder, load_button, load_message = header(ui)
         listing = Listing(gr.State(None, time_to_live=UNLOCK_SECONDS),
