@@ -32,7 +32,7 @@ from biomem.demo import DEMO_PEOPLE  # noqa: E402
 from biomem.eval.locomo import load_locomo  # noqa: E402
 from biomem.eval.metrics import ADVERSARIAL, TEMPORAL, amem_f1  # noqa: E402
 from biomem.llm import ABSTAIN_BELOW, OfflineLLM, spoken_date  # noqa: E402
-from biomem.store import Note  # noqa: E402
+from biomem.stores.records import Note  # noqa: E402
 from biomem.textenc import TextEncoder  # noqa: E402
 from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 

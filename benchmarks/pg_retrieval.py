@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from biomem.pg import PostgresStore
-from biomem.pg.store import VECTOR_INDEX
-from biomem.records import now_iso
+from biomem.stores.pg import PostgresStore
+from biomem.stores.pg.store import VECTOR_INDEX
+from biomem.stores.records import now_iso
 
 SERVER_SETTINGS = {"shared_buffers": "2GB", "max_wal_size": "8GB", "max_parallel_maintenance_workers": "2",
                    "effective_cache_size": "16GB"}

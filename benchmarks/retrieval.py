@@ -70,7 +70,7 @@ except ImportError:
 import modalities
 from biomem import BioMemory, Probe
 from biomem.agent import MemoryAgent, embedding_text
-from biomem.store import Store
+from biomem.stores.sqlite import Store
 from biomem.textenc import TextEncoder
 from machine import machine_info  # benchmarks/machine.py
 

@@ -28,7 +28,7 @@ _LAZY = {
     "BioMemory": ".memory", "Answer": ".results", "SearchResult": ".results",
     "AsyncBioMemory": ".aio", "Session": ".sessions",
     "GateResult": ".gate", "Probe": ".gate",
-    "Identity": ".records", "Note": ".records",
+    "Identity": ".stores.records", "Note": ".stores.records",
 }
 
 

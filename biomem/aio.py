@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from .memory import BioMemory
-from .records import Identity, Note
+from .stores.records import Identity, Note
 from .results import Answer, SearchResult
 from .sessions import Session
 

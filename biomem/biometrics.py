@@ -33,8 +33,8 @@ from .errors import (
 )
 from .gate import Gate, GateResult, Probe, fuse
 from .limits import AttemptLimiter
-from .records import Identity
-from .storage import MemoryStore
+from .stores.records import Identity
+from .stores import MemoryStore
 
 Clients = str | Sequence[str] | None  # a requester's keys for attempt limits: session, address
 

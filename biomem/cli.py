@@ -74,7 +74,7 @@ def cmd_forget(args: argparse.Namespace) -> None:
 
 def cmd_rekey(args: argparse.Namespace) -> None:
     """Re-seal every template under a new key, then write that key where the old one was read."""
-    from .sealing import encode_key, new_key, write_key
+    from .stores.sealing import encode_key, new_key, write_key
 
     key = new_key()
     target = Path(args.key_file).expanduser() if args.key_file else args.settings.key_file
@@ -99,7 +99,7 @@ def cmd_stats(args: argparse.Namespace) -> None:
 
 def cmd_migrate(args: argparse.Namespace) -> None:
     """Copy every row of one store into an empty other and print each table's checked count."""
-    from .copying import copy_store
+    from .stores.copying import copy_store
 
     checks = copy_store(args.source, args.target, settings=args.settings)
     for check in checks:
@@ -146,7 +146,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     """REST at /v1, MCP at /mcp and the page at / over --db, with uvicorn, until interrupted."""
     from .keys import any_keys
     from .server.auth import loopback
-    from .storage import open_store
+    from .stores import open_store
 
     settings = dataclasses.replace(args.settings, db=args.db, encoder=args.encoder, llm=args.llm,
                                    policy=args.policy, host=args.host, port=args.port)
@@ -177,7 +177,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 def cmd_keys(args: argparse.Namespace) -> None:
     """Create, list or revoke the service's API keys (the store holds their SHA-256 only)."""
     from .keys import create_key, list_keys, revoke_key
-    from .storage import open_store
+    from .stores import open_store
 
     store = open_store(args.db, settings=args.settings)
     try:

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 from . import errors
-from .records import Identity, Note
+from .stores.records import Identity, Note
 
 SESSION_HEADER = "X-Biomem-Session"
 FALLBACK = {401: errors.AuthenticationError, 403: errors.AuthenticationError, 413: errors.InvalidInputError,

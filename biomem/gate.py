@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from .blas import one_thread
+from .stores.blas import one_thread
 from .errors import InvalidInputError, ModalityMismatchError
-from .storage import MemoryStore
+from .stores import MemoryStore
 from .vocabulary import FUSIONS, POLICIES
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidInputError
-from .storage import MemoryStore
+from .stores import MemoryStore
 from .vocabulary import KEY_ROLES
 PREFIX = "bm_"
 

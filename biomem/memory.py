@@ -30,11 +30,11 @@ from .errors import DisclosureError, InvalidInputError, StoreCorruptError, TextT
 from .gate import Gate, GateResult
 from .limits import AttemptLimiter
 from .llm import LLM, answer_prompt, fit_notes, make_llm
-from .records import Note, check_id
+from .stores.records import Note, check_id
 from .results import Answer, SearchResult
 from .sessions import DEFAULT_TTL, Session, Sessions
 from .settings import MIN_PROMPT_TOKENS, Settings
-from .storage import MemoryStore, is_postgres, open_store, sqlite_path
+from .stores import MemoryStore, is_postgres, open_store, sqlite_path
 from .textenc import TextEncoder, default_onnx_cache
 from .timeparse import parse_timestamp
 from .vocabulary import DISCLOSURES, FUSIONS, POLICIES, AttemptLimits
@@ -54,7 +54,7 @@ class BioMemory(Biometrics):
     """Identity-gated agentic memory over one store: an SQLite file or a PostgreSQL database.
 
     path: the database: an SQLite file (derived indexes in `<path>.index/`; also `sqlite:///path`) or a
-        `postgresql://` URL (biomem.pg: search in the database, row-level security per owner).
+        `postgresql://` URL (biomem.stores.pg: search in the database, row-level security per owner).
     encoder: default biometric modality (registry name, or a ready Encoder instance to reuse);
         stored in the DB on creation (default: the stored one, else $BIOMEM_ENCODER, else face-arcface-s).
     text_model: sentence encoder (default $BIOMEM_TEXT_MODEL or all-MiniLM-L6-v2, offline first).
@@ -71,7 +71,7 @@ class BioMemory(Biometrics):
         "off" for none; they apply to calls that pass client=.
     prompt_tokens: the answer prompt's budget in the text encoder's word pieces (default
         $BIOMEM_PROMPT_TOKENS or 4,096): the lowest-ranked notes are left out first (Answer.omitted).
-    key: the 32-byte template key (default $BIOMEM_KEY or the key file, see biomem.sealing).
+    key: the 32-byte template key (default $BIOMEM_KEY or the key file, see biomem.stores.sealing).
     settings: where the $-defaults above come from (biomem.settings); default Settings.from_env(),
         read once here. Explicit arguments win over it.
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from .disclosure import linked_view, note_view
 from .gate import GateResult
-from .records import Note
+from .stores.records import Note
 
 
 @dataclass

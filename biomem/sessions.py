@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import SessionExpiredError, StepUpRequiredError, UnknownIdentityError
 from .gate import GateResult
-from .records import Note, check_id
+from .stores.records import Note, check_id
 
 if TYPE_CHECKING:
     from .memory import BioMemory

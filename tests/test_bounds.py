@@ -20,7 +20,7 @@ from biomem.keys import create_key
 from biomem.llm import answer_prompt, fit_notes
 from biomem.memory import MAX_NOTE_CHARS, MAX_QUESTION_CHARS
 from biomem.messages import readable
-from biomem.records import Note
+from biomem.stores.records import Note
 from biomem.server import create_app
 from biomem.server.models import AnswerReply
 from biomem.settings import DEFAULT_PROMPT_TOKENS, Settings

@@ -22,7 +22,8 @@ from biomem.eval.metrics import (
     normalize_answer,
 )
 from biomem.llm import OfflineLLM
-from biomem.store import Note, Store
+from biomem.stores.records import Note
+from biomem.stores.sqlite import Store
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo10.json"
 needs_data = pytest.mark.skipif(not DATA.is_file(), reason=f"LoCoMo not at {DATA}")

@@ -37,7 +37,7 @@ from biomem.errors import UnknownIdentityError
 from biomem.keys import create_key
 from biomem.server import create_app, served
 from biomem.settings import Settings
-from biomem.storage import TABLES
+from biomem.stores.base import TABLES
 
 ANA = 0  # a demo person, enrolled
 SESSION = "X-Biomem-Session"

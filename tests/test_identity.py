@@ -38,8 +38,9 @@ from biomem.errors import (
     UnknownIdentityError,
     UnknownModalityError,
 )
-from biomem.sealing import encode_key, new_key
-from biomem.store import SCHEMA_VERSION, to_blob
+from biomem.stores.sealing import encode_key, new_key
+from biomem.stores.records import to_blob
+from biomem.stores.sqlite.schema import SCHEMA_VERSION
 from modalities.palmsynth import palm_capture
 
 ANA, BEN, CARA, DAN = 0, 1, 2, 3  # people of biomem.samples.face_crops(); CARA and DAN are never enrolled here

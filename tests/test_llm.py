@@ -37,7 +37,7 @@ from biomem.llm import (
     parse_json_reply,
     smollm2_gguf,
 )
-from biomem.store import Note
+from biomem.stores.records import Note
 from biomem.textenc import TextEncoder
 from tests.llm_fakes import Raw, ScriptedChatServer, closed_port, completion
 

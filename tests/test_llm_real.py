@@ -26,7 +26,7 @@ from biomem.llm import (
     OpenAIChat,
     make_llm,
 )
-from biomem.store import Note
+from biomem.stores.records import Note
 from tests.llm_server import llama_server, smollm2_or_skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

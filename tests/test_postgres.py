@@ -12,10 +12,11 @@ import psycopg
 import pytest
 
 from biomem import BioMemory, InvalidInputError, NoteNotFoundError, Probe, StoreCorruptError
-from biomem.copying import copy_store, table_checksum
-from biomem.pg.schema import APP_ROLE, SCHEMA_VERSION as PG_VERSION
-from biomem.schema import SCHEMA_VERSION as SQLITE_VERSION
-from biomem.storage import TABLES, open_store
+from biomem.stores.copying import copy_store, table_checksum
+from biomem.stores.pg.schema import APP_ROLE, SCHEMA_VERSION as PG_VERSION
+from biomem.stores.sqlite.schema import SCHEMA_VERSION as SQLITE_VERSION
+from biomem.stores.base import TABLES
+from biomem.stores import open_store
 
 MODALITY = "face-test"  # precomputed probes: these tests exercise storage, not a camera
 DIM = 64

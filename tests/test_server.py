@@ -548,7 +548,7 @@ def test_a_store_without_keys_serves_local_agents_only(tmp_path, text_encoder, f
 def test_serve_refuses_a_public_address_without_keys_and_keys_are_managed_by_cli(tmp_path, capsys):
     from biomem import cli
     from biomem.keys import authenticate
-    from biomem.store import Store
+    from biomem.stores.sqlite import Store
 
     db = str(tmp_path / "c.db")
     assert cli.main(["--db", db, "serve", "--host", "0.0.0.0", "--port", "1"]) == 2

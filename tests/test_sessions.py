@@ -21,7 +21,7 @@ from biomem.errors import (
     UnknownIdentityError,
 )
 from biomem.keys import any_keys, authenticate, create_key, list_keys, revoke_key
-from biomem.store import Store
+from biomem.stores.sqlite import Store
 
 from .conftest import BOTH_STORES
 

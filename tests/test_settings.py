@@ -22,7 +22,7 @@ from biomem.cli import build_parser, main
 from biomem.errors import DisclosureError, InvalidInputError, KeyUnavailableError, ModelUnavailableError
 from biomem.vocabulary import AttemptLimits
 from biomem.memory import DEFAULT_ENCODER, BioMemory
-from biomem.sealing import encode_key, new_key
+from biomem.stores.sealing import encode_key, new_key
 from biomem.settings import DEFAULT_TEXT_MODEL, Settings, markdown_table
 from biomem.textenc import TextEncoder
 

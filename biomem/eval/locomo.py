@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from biomem import __version__
 from biomem.errors import InvalidInputError
-from biomem.schema import SCHEMA_VERSION
+from biomem.stores.sqlite.schema import SCHEMA_VERSION
 from biomem.textenc import TextEncoder
 
 from . import default_cache_dir

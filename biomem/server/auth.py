@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from .. import access
 from ..keys import ApiKey, any_keys, authenticate
 from ..limits import client_keys
-from ..storage import MemoryStore
+from ..stores import MemoryStore
 from .errors import ApiError
 
 ANONYMOUS = "anonymous"  # what sessions are bound to on a store without keys (loopback only)

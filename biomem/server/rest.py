@@ -17,7 +17,7 @@ from .. import __version__, access
 from ..disclosure import note_view
 from ..errors import InvalidInputError, SessionExpiredError, StepUpRequiredError, UnknownIdentityError
 from ..memory import BioMemory
-from ..records import Note
+from ..stores.records import Note
 from ..sessions import Session
 from ..timeparse import parse_timestamp
 from .auth import Caller, authorised, caller, maybe_caller

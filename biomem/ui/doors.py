@@ -21,7 +21,7 @@ import gradio as gr
 from .. import access
 from ..errors import NotAuthorisedError
 from ..keys import any_keys, authenticate, digest
-from ..storage import MemoryStore
+from ..stores import MemoryStore
 
 SIGN_IN_SECONDS = 8 * 3600  # an operator's sign-in lasts a working day in one browser tab
 

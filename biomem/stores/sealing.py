@@ -20,8 +20,8 @@ import numpy as np
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from .errors import KeyUnavailableError
-from .settings import Settings
+from ..errors import KeyUnavailableError
+from ..settings import Settings
 
 KEY_BYTES = 32
 NONCE_BYTES = 12

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .errors import StoreCorruptError
+from ...errors import StoreCorruptError
 
 _TABLES = ("identities", "templates", "notes", "links", "history", "thresholds")
 _V1_TRIGGERS = ("notes_counted", "notes_uncounted", "links_same_owner")

@@ -5,8 +5,7 @@ or write of a note by id takes the owner and matches on it. One connection serve
 threads behind one lock (the single write path); WAL keeps other processes' readers going.
 
 Store opens, seals, migrates and checkpoints the file and keeps identities, templates,
-thresholds and meta; NoteRows (biomem.note_rows) adds the notes, links and history. The schema
-(biomem.schema) and the record types and codecs (biomem.records) are re-exported from here.
+thresholds and meta; NoteRows (note_rows.py) adds the notes, links and history; the schema is schema.py's.
 """
 
 from __future__ import annotations
@@ -24,23 +23,17 @@ from typing import Any
 import numpy as np
 import sqlite_utils
 
-from .errors import (
-    DuplicateLabelError,
-    ForgetIncompleteError,
-    StoreCorruptError,
-    UnknownIdentityError,
-)
-from .limits import record_misses
+from ...errors import DuplicateLabelError, ForgetIncompleteError, StoreCorruptError, UnknownIdentityError
+from ..attempts import record_misses
 from .migrations import migrate_1_to_2
 from .note_rows import NoteRows
-from .records import Identity, Note, check_id, from_blob, now_iso, to_blob
+from ..records import Identity, check_id, now_iso
 from .schema import SCHEMA, SCHEMA_VERSION, statements
-from .sealing import Sealer
-from .settings import Settings
-from .storage import COLUMNS, KEYS, SealedTemplates, SearchIndex
-from .vocabulary import AttemptLimits
-
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "Identity", "Note", "Store", "check_id", "from_blob", "now_iso", "to_blob"]
+from ..sealing import Sealer
+from ...settings import Settings
+from ..base import COLUMNS, KEYS, SealedTemplates, SearchIndex
+from ..partitions import HNSW_THRESHOLD, Partitions
+from ...vocabulary import AttemptLimits
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +42,7 @@ class Store(NoteRows, SealedTemplates):
     """Typed access to the SQLite file; every public method is atomic and thread-safe.
 
     key: the 32-byte key that seals templates (default: `settings`' BIOMEM_KEY or key file, see
-    biomem.sealing); a store whose templates were sealed under another key does not open.
+    biomem.stores.sealing); a store whose templates were sealed under another key does not open.
     settings: where that default key is found (default: Settings.from_env()).
     """
 
@@ -101,7 +94,7 @@ class Store(NoteRows, SealedTemplates):
 
     def _migrate(self, version: int) -> None:
         """Upgrade in one transaction (foreign keys off while tables are rebuilt), then compact.
-        1 → 2 rebuilds every table (see biomem.migrations); 2 → 3 adds the api_keys table, 3 → 4
+        1 → 2 rebuilds every table (see biomem.stores.sqlite.migrations); 2 → 3 adds the api_keys table, 3 → 4
         the attempt-limit tables."""
         if version not in (1, 2, 3):
             raise StoreCorruptError(f"{self.path} has schema version {version}: no migration from it")
@@ -333,11 +326,10 @@ class Store(NoteRows, SealedTemplates):
     def search_index(self, dim: int, *, hnsw_threshold: int | None = None) -> SearchIndex:
         """Per-owner partitions derived from this file, hnswlib from `hnsw_threshold` notes (default
         20,000), their index files in `<file>.index/`."""
-        from .partitions import HNSW_THRESHOLD, Partitions
         return Partitions(self, self.path.with_name(self.path.name + ".index"), dim,
                           hnsw_threshold=HNSW_THRESHOLD if hnsw_threshold is None else hnsw_threshold)
 
-    # copying between stores (biomem.copying)
+    # copying between stores (biomem.stores.copying)
     def export_rows(self, table: str) -> Iterator[tuple]:
         """Every row of `table` in COLUMNS order, by key."""
         columns = COLUMNS[table]

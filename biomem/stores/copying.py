@@ -14,9 +14,10 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InvalidInputError, StoreCorruptError
-from .settings import Settings
-from .storage import COUNTED, OWN_META, TABLES, MemoryStore, open_store
+from ..errors import InvalidInputError, StoreCorruptError
+from ..settings import Settings
+from . import open_store
+from .base import COUNTED, OWN_META, TABLES, MemoryStore
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidInputError
+from ..errors import InvalidInputError
 
 # A note row as Note.from_row reads it.
 NOTE_COLUMNS = "id, owner_id, content, timestamp, keywords, tags, context"

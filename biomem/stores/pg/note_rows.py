@@ -1,8 +1,8 @@
 """The notes, links and history of the PostgreSQL store, each statement under its owner twice over.
 
 Every query names its owner in its WHERE clause, and its transaction admits only that owner
-(row-level security, biomem.pg.schema): a query that forgot the first still returns and changes
-nothing of anyone else. Semantics are the SQLite store's (biomem.note_rows).
+(row-level security, biomem.stores.pg.schema): a query that forgot the first still returns and changes
+nothing of anyone else. Semantics are the SQLite store's (biomem.stores.sqlite.note_rows).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from ..errors import NoteNotFoundError
+from ...errors import NoteNotFoundError
 from ..records import NOTE_COLUMNS, Identity, Note, check_id, now_iso
 
 

@@ -25,7 +25,7 @@ CREATE TABLE IF NOT EXISTS templates (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     identity_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
     modality TEXT NOT NULL,
-    embedding BLOB NOT NULL,  -- AES-GCM sealed float32 vector (biomem.sealing)
+    embedding BLOB NOT NULL,  -- AES-GCM sealed float32 vector (biomem.stores.sealing)
     created TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS templates_by_modality ON templates(modality, identity_id);

@@ -1,10 +1,6 @@
-"""The storage interface the engine uses, and the choice between its two implementations.
-
-`open_store(location)`: a file path or `sqlite:///path` opens the embedded SQLite store
-(biomem.store); `postgresql://…` opens the PostgreSQL + pgvector store (biomem.pg), where
-row-level security is the last line of owner isolation. Above this interface (gate, partitions,
-agent, UI, CLI, server, evaluation) nothing knows which one it has.
-"""
+"""The storage interface both stores implement (MemoryStore, SearchIndex), the tables they hold, and what
+they share: sealed templates, and telling an SQLite location from a PostgreSQL one. Above this interface
+(gate, agent, engine, surfaces) nothing knows which store it has."""
 
 from __future__ import annotations
 
@@ -16,11 +12,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from .errors import InvalidInputError
+from ..errors import InvalidInputError
 from .records import Identity, Note
 from .sealing import Sealer, load_key
-from .settings import Settings
-from .vocabulary import AttemptLimits
+from ..settings import Settings
+from ..vocabulary import AttemptLimits
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 
@@ -45,7 +41,7 @@ OWN_META = ("note_total", "schema_version")
 
 
 class SearchIndex(Protocol):
-    """Per-owner semantic search over one store's notes (biomem.partitions, biomem.pg.search)."""
+    """Per-owner semantic search over one store's notes (biomem.stores.partitions, biomem.stores.pg.search)."""
 
     def search(self, owner_id: int, query: np.ndarray, k: int) -> list[tuple[int, float]]: ...
     def size(self, owner_id: int) -> int: ...
@@ -62,6 +58,9 @@ class MemoryStore(Protocol):
     location: str  # where it is, for messages (no password)
     sealer: Sealer
     erasure_pending: bool
+
+    @property
+    def store_id(self) -> str: ...  # random id made at creation: derived files are stamped with it
 
     # lifecycle
     def transaction(self) -> AbstractContextManager[Any]: ...
@@ -108,7 +107,7 @@ class MemoryStore(Protocol):
     def api_key(self, digest: str) -> tuple[int, str, str] | None: ...
     def api_keys(self) -> list[dict[str, Any]]: ...
     def revoke_api_key(self, key_id: int) -> bool: ...
-    # copying between stores (biomem.copying): rows as COLUMNS orders them, embeddings as float32
+    # copying between stores (biomem.stores.copying): rows as COLUMNS orders them, embeddings as float32
     # bytes, sample as 0/1, ids kept
     def export_rows(self, table: str) -> Iterator[tuple]: ...
     def import_rows(self, table: str, rows: Iterable[tuple]) -> None: ...
@@ -175,12 +174,3 @@ def without_password(url: str) -> str:
         return url
     host = parts.netloc.rsplit("@", 1)[1]
     return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
-
-
-def open_store(location: str | Path, *, key: bytes | None = None, settings: Settings | None = None) -> MemoryStore:
-    """The store at `location`: PostgreSQL for a postgresql:// URL, else the SQLite file."""
-    if is_postgres(location):
-        from .pg import PostgresStore  # psycopg is only needed for this store
-        return PostgresStore(str(location), key=key, settings=settings)
-    from .store import Store
-    return Store(sqlite_path(location), key=key, settings=settings)

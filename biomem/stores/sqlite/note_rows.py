@@ -1,6 +1,6 @@
 """The notes, links and history tables of the store, every row read and written under its owner.
 
-NoteRows is Store's half for notes (biomem.store): a note is reached by id only together with its
+NoteRows is Store's half for notes (biomem.stores.sqlite.store): a note is reached by id only together with its
 owner, links join two notes of one owner (a trigger refuses others), and every change bumps the
 owner's generation, which the partition indexes follow.
 """
@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import sqlite_utils
 
-from .errors import NoteNotFoundError
-from .records import NOTE_COLUMNS, Identity, Note, check_id, from_blob, now_iso, to_blob
+from ...errors import NoteNotFoundError
+from ..records import NOTE_COLUMNS, Identity, Note, check_id, from_blob, now_iso, to_blob
 
 
 class NoteRows:

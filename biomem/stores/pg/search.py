@@ -12,10 +12,13 @@ nothing of their own to go stale.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import psycopg
 
-from .store import PostgresStore
+if TYPE_CHECKING:
+    from .store import PostgresStore
 
 _EXACT = """
 WITH mine AS MATERIALIZED (
@@ -31,7 +34,7 @@ ORDER BY score DESC, timestamp, id
 
 
 class DatabaseSearch:
-    """biomem.storage.SearchIndex over a PostgresStore: every search is one query in the database."""
+    """biomem.stores.SearchIndex over a PostgresStore: every search is one query in the database."""
 
     def __init__(self, store: PostgresStore, *, hnsw_threshold: int | None = None, ef_search: int = 1000) -> None:
         self.store = store

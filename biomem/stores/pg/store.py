@@ -1,6 +1,6 @@
 """PostgreSQL + pgvector store: the same operations as the SQLite store, for several engine processes.
 
-Connections come from a psycopg pool; each acts as the RLS-bound role `biomem_app` (biomem.pg.schema)
+Connections come from a psycopg pool; each acts as the RLS-bound role `biomem_app` (biomem.stores.pg.schema)
 and each note, link, history or template statement runs in a transaction whose `biomem.admitted`
 names the owner it is for. Schema creation, upgrades and copies use one connection as the URL's own
 user, who owns the tables. Generations and the template version live in the database, so every
@@ -20,15 +20,16 @@ import psycopg
 from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool
 
-from ..errors import DuplicateLabelError, StoreCorruptError, UnknownIdentityError
-from ..limits import record_misses
+from ...errors import DuplicateLabelError, StoreCorruptError, UnknownIdentityError
+from ..attempts import record_misses
 from ..records import Identity, check_id, now_iso
 from ..sealing import Sealer
-from ..settings import Settings
-from ..storage import COLUMNS, KEYS, SealedTemplates, SearchIndex, without_password
-from ..vocabulary import AttemptLimits
+from ...settings import Settings
+from ..base import COLUMNS, KEYS, SealedTemplates, SearchIndex, without_password
+from ...vocabulary import AttemptLimits
 from .note_rows import PgNoteRows, as_array
 from .schema import APP_ROLE, MIGRATIONS, SCHEMA_VERSION
+from .search import DatabaseSearch
 
 # pgvector's defaults (m 16, ef_construction 64); built only when an hnsw_threshold asks for it
 VECTOR_INDEX = "CREATE INDEX notes_hnsw ON notes USING hnsw (embedding vector_ip_ops)"
@@ -174,7 +175,6 @@ class PostgresStore(PgNoteRows, SealedTemplates):
     def search_index(self, dim: int, *, hnsw_threshold: int | None = None) -> SearchIndex:
         """Search in the database: exact per-owner scans, and pgvector HNSW for partitions of at least
         `hnsw_threshold` notes when one is given (the first such open builds the index)."""
-        from .search import DatabaseSearch
         self.ensure_vector_index(dim, hnsw=hnsw_threshold is not None)
         return DatabaseSearch(self, hnsw_threshold=hnsw_threshold)
 
@@ -335,7 +335,7 @@ class PostgresStore(PgNoteRows, SealedTemplates):
         with self.transaction() as conn:
             return dict(conn.execute("SELECT name, n FROM row_counts()").fetchall())
 
-    # copying between stores (biomem.copying), as the tables' owner: no row-level security applies
+    # copying between stores (biomem.stores.copying), as the tables' owner: no row-level security applies
     def export_rows(self, table: str) -> Iterator[tuple]:
         columns = COLUMNS[table]
         with self.owner_connection() as conn:

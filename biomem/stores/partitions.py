@@ -1,4 +1,4 @@
-"""Per-owner vector partitions, derived from SQLite: the storage form of isolation.
+"""Per-owner vector partitions, the SQLite store's search index: the storage form of isolation.
 
 A partition holds only one owner's note embeddings, so a search can never rank another
 person's note. Small partitions are searched exactly over a cached matrix; a partition
@@ -18,7 +18,7 @@ import hnswlib
 import numpy as np
 
 from .blas import one_thread
-from .store import Store
+from .base import MemoryStore
 
 
 @dataclass
@@ -56,7 +56,7 @@ HNSW_THRESHOLD = 20_000  # notes per owner from which a partition gets an hnswli
 class Partitions:
     """Cache of partitions keyed by owner id; reloads an owner whenever its generation moved."""
 
-    def __init__(self, store: Store, index_dir: str | Path, dim: int, *,
+    def __init__(self, store: MemoryStore, index_dir: str | Path, dim: int, *,
                  hnsw_threshold: int = HNSW_THRESHOLD, ef_search: int = 256) -> None:
         self.store = store
         self.index_dir = Path(index_dir)
@@ -71,7 +71,7 @@ class Partitions:
         return stem.with_suffix(".hnsw"), stem.with_suffix(".json")
 
     def get(self, owner_id: int) -> Partition:
-        """The owner's partition, loaded from SQLite (and the index file) when stale."""
+        """The owner's partition, loaded from the store (and the index file) when stale."""
         with self._lock:
             cached = self._cache.get(owner_id)
             if cached is not None and cached.generation == self.store.generation(owner_id):

@@ -1,5 +1,0 @@
-"""The PostgreSQL + pgvector store (psycopg 3, row-level security): see biomem.pg.store."""
-
-from .store import PostgresStore
-
-__all__ = ["PostgresStore"]
