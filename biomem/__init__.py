@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "BioMemory": ".memory", "Answer": ".results", "SearchResult": ".results",
     "AsyncBioMemory": ".aio", "Session": ".sessions",
-    "GateResult": ".gate", "Probe": ".gate",
+    "GateResult": ".identity.gate", "Probe": ".identity.gate",
     "Identity": ".stores.records", "Note": ".stores.records",
 }
 

@@ -108,12 +108,13 @@ def cmd_migrate(args: argparse.Namespace) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
-    from .calibrate import calibrate_folder, save
+    from .identity import calibration_plot
+    from .identity.calibrate import calibrate_folder, save
 
     report = calibrate_folder(args.modality, args.data, pairs=args.pairs, fmr=args.fmr)
     print(report.table())
     if args.plot:
-        print(f"histograms and DET curve: {report.plot(args.plot)}")
+        print(f"histograms and DET curve: {calibration_plot.plot(report, args.plot)}")
     if args.save:
         with _memory(args) as mem:
             tau = save(report, mem, which=args.save, step_up=args.step_up)
@@ -128,7 +129,7 @@ def cmd_encoders(args: argparse.Namespace) -> None:
 
 
 def cmd_samples(args: argparse.Namespace) -> None:
-    from .samples import write_face_set
+    from .identity.samples import write_face_set
 
     root = write_face_set(args.folder, captures=args.captures)
     people = sorted(p.name for p in root.iterdir() if p.is_dir())

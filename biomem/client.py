@@ -99,13 +99,13 @@ def _mime(data: bytes) -> str:
 
 
 def _is_embedding(probe: Any) -> bool:
-    from .gate import Probe
+    from .identity.gate import Probe
 
     return isinstance(probe, Probe) or isinstance(probe, dict) and any(isinstance(p, Probe) for p in probe.values())
 
 
 def _json_image(image: Any) -> dict[str, Any]:
-    from .gate import Probe
+    from .identity.gate import Probe
 
     if isinstance(image, Probe):
         return {"embedding": [float(x) for x in image.embedding], "modality": image.modality}

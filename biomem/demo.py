@@ -19,7 +19,7 @@ import modalities
 
 from .errors import BioMemError, InvalidInputError, MultipleFacesError, NoFaceError
 from .memory import BioMemory
-from .samples import augment, face_crops
+from .identity.samples import augment, face_crops
 
 log = logging.getLogger(__name__)
 

@@ -65,7 +65,7 @@ class DuplicateLabelError(EnrolmentError):
 
 class EnrolmentRefusedError(EnrolmentError):
     """A requester's enrolment whose label is taken or whose samples match someone enrolled; which of
-    the two is said to the operator and admins only (biomem.enrolment)."""
+    the two is said to the operator and admins only (biomem.identity.enrolment)."""
 
 
 class TextTooLongError(InvalidInputError):

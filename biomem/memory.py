@@ -6,7 +6,7 @@
     mem.add("My PIN is 1234", identity=alice.id)       # trusted import
     mem.search("what is my PIN?", probe="alice3.jpg")  # only Alice's notes can come back
 
-The biometric calls (enroll, identify, verify, threshold…) are biomem.biometrics'; the result
+The biometric calls (enroll, identify, verify, threshold…) are biomem.identity.biometrics'; the result
 types SearchResult and Answer, biomem.results', are re-exported here.
 """
 
@@ -23,12 +23,12 @@ import numpy as np
 import modalities
 
 from .agent import MemoryAgent
-from .biometrics import Biometrics, Clients
-from .disclosure import gate_view, kept_out_view, people_view
-from .encoders import EncoderCache
+from .identity.biometrics import Biometrics, Clients
+from .identity.disclosure import gate_view, kept_out_view, people_view
+from .identity.encoders import EncoderCache
 from .errors import DisclosureError, InvalidInputError, StoreCorruptError, TextTooLongError, UnknownIdentityError
-from .gate import Gate, GateResult
-from .limits import AttemptLimiter
+from .identity.gate import Gate, GateResult
+from .identity.limits import AttemptLimiter
 from .llm import LLM, answer_prompt, fit_notes, make_llm
 from .stores.records import Note, check_id
 from .results import Answer, SearchResult
@@ -65,7 +65,7 @@ class BioMemory(Biometrics):
         (pgvector's one graph over every owner was slower and less exact than a scan, see README).
     fusion: how a probe carrying several modalities is judged: "all" must match (default),
         "any" suffices, or "sum" of the margins above each τ.
-    disclosure: "private" or "demo" (see biomem.disclosure; default $BIOMEM_DISCLOSURE, else "private",
+    disclosure: "private" or "demo" (see biomem.identity.disclosure; default $BIOMEM_DISCLOSURE, else "private",
         "demo" on a Space); "demo" on a store with real enrolments needs force_disclosure=True.
     limits: attempt limits per client (default $BIOMEM_ATTEMPTS or 20 misses per 10 minutes),
         "off" for none; they apply to calls that pass client=.

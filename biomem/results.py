@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .disclosure import linked_view, note_view
-from .gate import GateResult
+from .identity.disclosure import linked_view, note_view
+from .identity.gate import GateResult
 from .stores.records import Note
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import SessionExpiredError, StepUpRequiredError, UnknownIdentityError
-from .gate import GateResult
+from .identity.gate import GateResult
 from .stores.records import Note, check_id
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 import modalities  # noqa: E402
 from biomem import BioMemory, Probe  # noqa: E402
 from biomem.textenc import TextEncoder  # noqa: E402
-from biomem.samples import augment, face_crops  # noqa: E402
+from biomem.identity.samples import augment, face_crops  # noqa: E402
 
 
 @pytest.fixture(scope="session")

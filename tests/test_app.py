@@ -26,10 +26,10 @@ from PIL import Image
 
 import app
 from biomem import BioMemory
-from biomem.calibrate import SAMPLE_PALMS
+from biomem.identity.calibrate import SAMPLE_PALMS
 from biomem.demo import DEMO_PEOPLE, demo_capture
 from biomem.llm import OfflineLLM, OpenAIChat
-from biomem.samples import group_photo_path
+from biomem.identity.samples import group_photo_path
 from biomem.ui import Controller, render, uploads
 from biomem.ui.messages import friendly
 from modalities.palmsynth import palm_capture

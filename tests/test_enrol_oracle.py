@@ -20,7 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from biomem.enrolment import FACE_TAKEN_MISSES
+from biomem.identity.enrolment import FACE_TAKEN_MISSES
 from biomem.errors import (
     AlreadyEnrolledError,
     BioMemError,
@@ -30,7 +30,7 @@ from biomem.errors import (
     TooManyAttemptsError,
 )
 from biomem.keys import create_key
-from biomem.limits import AttemptLimiter
+from biomem.identity.limits import AttemptLimiter
 from biomem.vocabulary import AttemptLimits
 from biomem.messages import readable
 from biomem.server import create_app

@@ -43,7 +43,7 @@ from biomem.stores.records import to_blob
 from biomem.stores.sqlite.schema import SCHEMA_VERSION
 from modalities.palmsynth import palm_capture
 
-ANA, BEN, CARA, DAN = 0, 1, 2, 3  # people of biomem.samples.face_crops(); CARA and DAN are never enrolled here
+ANA, BEN, CARA, DAN = 0, 1, 2, 3  # people of biomem.identity.samples.face_crops(); CARA and DAN are never enrolled here
 ANA_LABEL, BEN_LABEL = "Anastasia Quellmark", "Benedikt Vornholt"  # unique enough to grep for
 FACE = "face-arcface-s"
 PALM = "palm-compcode"
@@ -564,7 +564,7 @@ def test_rekey_reseals_every_template_and_identification_keeps_working(
 def limited(pair):
     """The pair's store with 3 misses per 60 s, then 10 s of cool-down, on a fake clock."""
     mem, ana, ben = pair
-    from biomem.limits import AttemptLimiter
+    from biomem.identity.limits import AttemptLimiter
     from biomem.vocabulary import AttemptLimits
 
     clock = FakeClock()

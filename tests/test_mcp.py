@@ -24,8 +24,8 @@ from biomem import BioMemory
 from biomem.aio import AsyncBioMemory
 from biomem.demo import DEMO_PALM_SEEDS, STRANGER_PALM_SEED, build_demo, demo_capture, demo_palm
 from biomem.keys import create_key, revoke_key
-from biomem.limits import client_tag
-from biomem.samples import group_photo_path
+from biomem.identity.limits import client_tag
+from biomem.identity.samples import group_photo_path
 from biomem.server.app import served
 from biomem.server.mcp import MCPApp, build_mcp
 

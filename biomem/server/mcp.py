@@ -56,7 +56,7 @@ from starlette.types import Receive, Scope, Send
 
 from .. import access
 from ..aio import AsyncBioMemory
-from ..disclosure import note_view
+from ..identity.disclosure import note_view
 from ..errors import BioMemError, InvalidInputError
 from ..keys import ApiKey
 from ..messages import readable  # the words of the web app's toasts and the REST errors (no gradio import)

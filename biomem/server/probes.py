@@ -32,7 +32,7 @@ from starlette.formparsers import FormParser, MultiPartException, MultiPartParse
 from modalities.images import MAX_FILE_BYTES
 
 from ..errors import InvalidImageError, InvalidInputError, ModalityMismatchError
-from ..gate import Probe
+from ..identity.gate import Probe
 from ..memory import BioMemory
 from .auth import Caller
 from .errors import ApiError, invalid

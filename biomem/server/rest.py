@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Header, Path, Request, Response
 
 from .. import __version__, access
-from ..disclosure import note_view
+from ..identity.disclosure import note_view
 from ..errors import InvalidInputError, SessionExpiredError, StepUpRequiredError, UnknownIdentityError
 from ..memory import BioMemory
 from ..stores.records import Note

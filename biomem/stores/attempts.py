@@ -1,4 +1,4 @@
-"""The attempt-limit tables' writes, shared by both stores: the miss counts behind biomem.limits."""
+"""The attempt-limit tables' writes, shared by both stores: the miss counts behind biomem.identity.limits."""
 
 from __future__ import annotations
 

@@ -23,12 +23,13 @@ from PIL import Image
 import modalities
 
 from .. import access, demo
-from ..calibrate import CalibrationReport, calibrate_folder, calibrate_samples, save
-from ..disclosure import note_view
+from ..identity import calibration_plot
+from ..identity.calibrate import CalibrationReport, calibrate_folder, calibrate_samples, save
+from ..identity.disclosure import note_view
 from ..errors import BioMemError, TooManyAttemptsError
-from ..gate import Probe
+from ..identity.gate import Probe
 from ..importing import import_locomo
-from ..limits import client_keys
+from ..identity.limits import client_keys
 from ..memory import BioMemory
 from ..settings import Settings
 from . import render, uploads
@@ -210,7 +211,7 @@ class Controller:
     def enroll(self, label: str, files: list[Any] | None, capture: Any, encoder: str | None,
                progress: Progress = _silent, request: gr.Request | None = None) -> str:
         """Create an identity from uploaded images and/or a capture; each file deleted after use. A gated
-        attempt of the requester's client (biomem.enrolment): refused in a cool-down before any encoding."""
+        attempt of the requester's client (biomem.identity.enrolment): refused in a cool-down before any encoding."""
         client = self.clients(request)
         paths = [p for p in (files or []) if uploads.upload_path(p)] + ([capture] if uploads.upload_path(capture) else [])
         label, name = (label or "").strip(), encoder or self.mem.modality
@@ -341,7 +342,7 @@ class Controller:
     def calibration_view(self, report: CalibrationReport) -> tuple[np.ndarray, str]:
         """(histograms and DET curve as an image, markdown) of a report, with this store's current τ."""
         with tempfile.TemporaryDirectory(prefix="biomem-plot-") as tmp:
-            plot = np.asarray(Image.open(report.plot(Path(tmp) / "scores.png")).convert("RGB"))
+            plot = np.asarray(Image.open(calibration_plot.plot(report, Path(tmp) / "scores.png")).convert("RGB"))
         return plot, render.calibration_text(report, self.mem.threshold(report.modality))
 
     def store_tau(self, report: CalibrationReport | None, which: str) -> str:

@@ -15,7 +15,7 @@ import unicodedata
 from datetime import datetime
 from typing import Any
 
-from ..enrolment import HIDDEN_CATEGORIES
+from ..identity.enrolment import HIDDEN_CATEGORIES
 
 MAX_SCORE_ROWS = 8  # identities listed in a gate panel (the rest are summarised)
 PREVIEW_CHARS = 280  # a longer note is shown shortened, with a way to open it

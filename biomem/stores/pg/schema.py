@@ -176,6 +176,6 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON biomem.attempts, biomem.cooldowns TO {AP
 MIGRATIONS: dict[int, str] = {
     2: _ROLE + _V2 + _V2_DEFINERS + _rls_and_grants(),
     3: _V3,
-    4: _V4,  # attempt limits shared by every replica (biomem.limits): client digests, never addresses
+    4: _V4,  # attempt limits shared by every replica (biomem.identity.limits): client digests, never addresses
 }
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -304,7 +304,7 @@ class PostgresStore(PgNoteRows, SealedTemplates):
             return conn.execute("INSERT INTO api_keys (name, role, digest, prefix, created) VALUES (%s, %s, %s, %s, %s) "
                                 "RETURNING id", [name, role, digest, prefix, now_iso()]).fetchone()[0]
 
-    # attempt limits (biomem.limits.AttemptLimiter), shared by every replica
+    # attempt limits (biomem.identity.limits.AttemptLimiter), shared by every replica
     def attempt_wait(self, clients: list[str], now: float) -> float:
         with self.reading() as conn:
             (end,) = conn.execute("SELECT max(ends) FROM cooldowns WHERE client = ANY (%s)", [clients]).fetchone()

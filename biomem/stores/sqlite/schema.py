@@ -10,7 +10,7 @@ SCHEMA_VERSION = 4
 # person), labels are unique case-insensitively, templates are sealed, thresholds carry a
 # stricter step-up τ, identities say whether they are sample people (see disclosure).
 # Version 3: service API keys (biomem.keys), kept as SHA-256 digests only.
-# Version 4: attempt limits (biomem.limits) in the store, shared by every process serving it.
+# Version 4: attempt limits (biomem.identity.limits) in the store, shared by every process serving it.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS identities (

@@ -292,7 +292,7 @@ class Store(NoteRows, SealedTemplates):
             return db.execute("INSERT INTO api_keys (name, role, digest, prefix, created) VALUES (?, ?, ?, ?, ?)",
                               [name, role, digest, prefix, now_iso()]).lastrowid
 
-    # attempt limits (biomem.limits.AttemptLimiter)
+    # attempt limits (biomem.identity.limits.AttemptLimiter)
     def attempt_wait(self, clients: list[str], now: float) -> float:
         """Seconds the longest cool-down of these client digests still lasts at `now` (0 if none)."""
         with self.lock:

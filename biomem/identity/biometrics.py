@@ -13,15 +13,8 @@ import numpy as np
 import modalities
 
 from .encoders import EncoderCache
-from .enrolment import (
-    FACE_TAKEN_MISSES,
-    check_captures_fit,
-    check_label,
-    check_not_enrolled,
-    check_one_person,
-    refusal,
-)
-from .errors import (
+from .enrolment import FACE_TAKEN_MISSES, check_captures_fit, check_label, check_not_enrolled, check_one_person, refusal
+from ..errors import (
     AlreadyEnrolledError,
     DuplicateLabelError,
     InconsistentSamplesError,
@@ -33,8 +26,8 @@ from .errors import (
 )
 from .gate import Gate, GateResult, Probe, fuse
 from .limits import AttemptLimiter
-from .stores.records import Identity
-from .stores import MemoryStore
+from ..stores.records import Identity
+from ..stores import MemoryStore
 
 Clients = str | Sequence[str] | None  # a requester's keys for attempt limits: session, address
 

@@ -20,7 +20,7 @@ from PIL import Image, ImageFilter
 
 from modalities.weights import package_dirs
 
-from .errors import InvalidInputError
+from ..errors import InvalidInputError
 
 CROP_SIZE = 256
 # dlib HOG boxes (left, top, right, bottom) of the six faces in t1.jpg, left to right.

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from .stores.blas import one_thread
-from .errors import InvalidInputError, ModalityMismatchError
-from .stores import MemoryStore
-from .vocabulary import FUSIONS, POLICIES
+from ..stores.blas import one_thread
+from ..errors import InvalidInputError, ModalityMismatchError
+from ..stores import MemoryStore
+from ..vocabulary import FUSIONS, POLICIES
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
     report = calibrate_folder(modalities.create("face-arcface-s"), "lfw/")   # or "face-arcface-s"
     print(report.table())
-    report.plot("scores.png")
+    calibration_plot.plot(report, "scores.png")                         # histograms and DET curve
     save(report, memory, which="intersection")                          # or which="fmr"
 
 Data (paths inside DIR; every image is encoded once)
@@ -43,14 +43,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from scipy.stats import gaussian_kde
 
 import modalities
 
-from . import calibration_plot
+from .biometrics import Biometrics
 from .calibration_data import (
     encode_all,
     genuine_scores,
@@ -60,10 +60,8 @@ from .calibration_data import (
     read_pairs,
     stack_vectors,
 )
-from .errors import InvalidInputError
-
-if TYPE_CHECKING:
-    from .memory import BioMemory
+from ..errors import InvalidInputError
+from .samples import write_face_set
 
 log = logging.getLogger(__name__)
 
@@ -147,14 +145,6 @@ class CalibrationReport:
             lines += ["", *(f"- caveat: {c}" for c in self.caveats)]
         return "\n".join(lines)
 
-    def det_curve(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(FMR, FNMR, τ) at every distinct score, τ ascending (see biomem.calibration_plot)."""
-        return calibration_plot.det_curve(self)
-
-    def plot(self, path: str | Path) -> Path:
-        """Write a PNG of the score histograms and the DET curve, each τ marked (see biomem.calibration_plot)."""
-        return calibration_plot.plot(self, path)
-
 
 def calibrate_scores(genuine: Sequence[float] | np.ndarray, impostor: Sequence[float] | np.ndarray, *,
                      fmr: float = 1e-3, modality: str | None = None) -> CalibrationReport:
@@ -233,8 +223,6 @@ def calibrate_samples(encoder: modalities.Encoder | str, *, captures: int = SAMP
     kind = encoder.info.kind
     with tempfile.TemporaryDirectory(prefix="biomem-calibrate-") as tmp:
         if kind == "face":
-            from .samples import write_face_set
-
             write_face_set(tmp, captures)
         elif kind == "palm":
             from modalities.palmsynth import write_dataset
@@ -246,7 +234,7 @@ def calibrate_samples(encoder: modalities.Encoder | str, *, captures: int = SAMP
     return replace(report, data_dir=f"sample {kind}s ({report.identities} people, {captures} captures each)")
 
 
-def save(report: CalibrationReport, memory: BioMemory, which: str = "intersection", *,
+def save(report: CalibrationReport, memory: Biometrics, which: str = "intersection", *,
          step_up: bool = False) -> float:
     """Store the report's τ (rule `which`: "intersection" or "fmr") in the memory DB, with its provenance.
 

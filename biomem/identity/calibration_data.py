@@ -1,5 +1,5 @@
 """A labelled image set for calibration, read and scored: identity folders or a pairs file (the
-formats are biomem.calibrate's), each image encoded once, genuine and impostor pair cosines."""
+formats are biomem.identity.calibrate's), each image encoded once, genuine and impostor pair cosines."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from PIL import Image
 
 import modalities
 
-from .errors import InvalidInputError
+from ..errors import InvalidInputError
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import unicodedata
 
 import numpy as np
 
-from .errors import (
+from ..errors import (
     AlreadyEnrolledError,
     DuplicateLabelError,
     EnrolmentError,

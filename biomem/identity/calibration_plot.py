@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .calibrate import CalibrationReport
+from .calibrate import CalibrationReport
 
 HIST_BINS = 100
 

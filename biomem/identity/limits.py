@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from .errors import TooManyAttemptsError
-from .vocabulary import AttemptLimits
+from ..errors import TooManyAttemptsError
+from ..vocabulary import AttemptLimits
 
 if TYPE_CHECKING:
-    from .stores import MemoryStore
+    from ..stores import MemoryStore
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .gate import GateResult
-from .stores.records import Identity
+from ..stores.records import Identity
 DIGITS = 2  # scores are shown rounded: an exact cosine is a gradient for a forger
 
 
