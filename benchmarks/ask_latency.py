@@ -25,7 +25,7 @@ retrieved sentence again on every ask).
 Prints a markdown table (p50 / p95 ms per stage, and each row's end-to-end p50 as a ratio of
 face-dlib's) and writes JSON (default benchmarks/results/ask_latency.json). `--smollm2 N` adds a
 row of N asks on face-arcface-s answered by SmolLM2-135M through llama.cpp's server (started
-on 127.0.0.1 by biomem.llamacpp.serve_gguf, stopped at the end); the notes are built offline.
+on 127.0.0.1 by biomem.notes.llamacpp.serve_gguf, stopped at the end); the notes are built offline.
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ import modalities  # noqa: E402
 from biomem import BioMemory, Probe  # noqa: E402
 from biomem.demo import DEMO_PEOPLE, STRANGER, build_demo, demo_capture  # noqa: E402
 from biomem.errors import MultipleFacesError, NoFaceError  # noqa: E402
-from biomem.llamacpp import model_name, serve_gguf  # noqa: E402
-from biomem.llm import LLM, OfflineLLM, OpenAIChat, smollm2_gguf  # noqa: E402
-from biomem.textenc import TextEncoder  # noqa: E402
+from biomem.notes.llamacpp import model_name, serve_gguf  # noqa: E402
+from biomem.notes.llm import LLM, OfflineLLM, OpenAIChat, smollm2_gguf  # noqa: E402
+from biomem.notes.textenc import TextEncoder  # noqa: E402
 from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 from modalities import arcface  # noqa: E402
 

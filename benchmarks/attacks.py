@@ -80,7 +80,7 @@ from biomem.demo import DEMO_PEOPLE, STRANGER, build_demo  # noqa: E402
 from biomem.errors import BioMemError  # noqa: E402
 from biomem.vocabulary import AttemptLimits  # noqa: E402
 from biomem.identity.samples import face_crops  # noqa: E402
-from biomem.textenc import TextEncoder  # noqa: E402
+from biomem.notes.textenc import TextEncoder  # noqa: E402
 from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 
 TARGET = "Ana"

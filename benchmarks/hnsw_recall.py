@@ -20,9 +20,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import hnswlib  # noqa: E402
 import numpy as np  # noqa: E402
 
-from biomem.agent import embedding_text  # noqa: E402
-from biomem.llm import OfflineLLM  # noqa: E402
-from biomem.textenc import TextEncoder  # noqa: E402
+from biomem.notes.agent import embedding_text  # noqa: E402
+from biomem.notes.llm import OfflineLLM  # noqa: E402
+from biomem.notes.textenc import TextEncoder  # noqa: E402
 
 SETTINGS = ((16, 200, 128), (32, 400, 256))  # (M, ef_construction, ef_search); the last is the engine's
 

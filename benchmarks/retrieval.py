@@ -18,7 +18,7 @@ top-10 within the owner's notes.
 
 Part 2, offline ingest. Real LoCoMo turns are ingested with `BioMemory.add_many` (offline
 LLM) on a fresh store, and in the same run the text encoder alone encodes the very strings
-the engine embedded (`biomem.agent.embedding_text` of the stored notes) and the raw turns,
+the engine embedded (`biomem.notes.agent.embedding_text` of the stored notes) and the raw turns,
 with the engine's batch size, paired chunk by chunk in rotating order; the median of the
 rounds is kept.
 
@@ -69,9 +69,9 @@ except ImportError:
 
 import modalities
 from biomem import BioMemory, Probe
-from biomem.agent import MemoryAgent, embedding_text
+from biomem.notes.agent import MemoryAgent, embedding_text
 from biomem.stores.sqlite import Store
-from biomem.textenc import TextEncoder
+from biomem.notes.textenc import TextEncoder
 from machine import machine_info  # benchmarks/machine.py
 
 MODALITY = "face-dlib"

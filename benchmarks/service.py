@@ -61,7 +61,7 @@ from PIL import Image  # noqa: E402
 from biomem import BioMemory  # noqa: E402
 from biomem.errors import MultipleFacesError, NoFaceError  # noqa: E402
 from biomem.keys import create_key  # noqa: E402
-from biomem.llamacpp import free_port  # noqa: E402
+from biomem.notes.llamacpp import free_port  # noqa: E402
 from biomem.identity.samples import augment, calibration_faces  # noqa: E402
 from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 
@@ -131,7 +131,7 @@ def ask_floor(probes: list[bytes], threads: int = CORES) -> float:
     """Probe encodings plus question encodings (all-MiniLM-L6-v2) per second, back to back on
     `threads` threads: the CPU an ask needs before any gate, store, LLM or HTTP work."""
     import modalities
-    from biomem.textenc import TextEncoder
+    from biomem.notes.textenc import TextEncoder
 
     encoder, text = modalities.create(ENCODER), TextEncoder()
     questions = [f"What is my {TOPICS[n % len(TOPICS)]} number {n}?" for n in range(len(probes))]

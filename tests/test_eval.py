@@ -21,7 +21,7 @@ from biomem.eval.metrics import (
     locomo_f1,
     normalize_answer,
 )
-from biomem.llm import OfflineLLM
+from biomem.notes.llm import OfflineLLM
 from biomem.stores.records import Note
 from biomem.stores.sqlite import Store
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from biomem import BioMemory, InvalidInputError, LLMError, Probe
-from biomem.agent import embedding_text
-from biomem import llamacpp
+from biomem.notes.agent import embedding_text
+from biomem.notes import llamacpp
 from biomem.errors import ModelUnavailableError
-from biomem.llm import (
+from biomem.notes.llm import (
     ANALYZE_PROMPT,
     ANSWER_SCHEMA,
     CONTEXT_PLACEHOLDER,
@@ -38,7 +38,7 @@ from biomem.llm import (
     smollm2_gguf,
 )
 from biomem.stores.records import Note
-from biomem.textenc import TextEncoder
+from biomem.notes.textenc import TextEncoder
 from tests.llm_fakes import Raw, ScriptedChatServer, closed_port, completion
 
 MODEL = "test-model"

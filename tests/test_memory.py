@@ -23,7 +23,7 @@ from biomem import (
 )
 from biomem.errors import TooManyAttemptsError
 from biomem.vocabulary import AttemptLimits
-from biomem.llm import NO_MEMORY_ANSWER, NOT_MENTIONED, Evolution, OfflineLLM
+from biomem.notes.llm import NO_MEMORY_ANSWER, NOT_MENTIONED, Evolution, OfflineLLM
 from biomem.identity.samples import group_photo_path
 
 from .conftest import BOTH_STORES
@@ -484,7 +484,7 @@ def test_corrupt_or_foreign_database_files_are_refused_untouched(tmp_path, text_
     ("2023-05-08 13:56:00+02:00", "2023-05-08T13:56:00+02:00"),
 ])
 def test_timestamps_in_iso_and_locomo_form(raw, iso):
-    from biomem.timeparse import parse_timestamp
+    from biomem.notes.timeparse import parse_timestamp
 
     assert parse_timestamp(raw) == iso
 

@@ -33,7 +33,7 @@ from biomem import BioMemory
 from biomem.demo import build_demo, demo_capture, usable_capture
 from biomem.errors import LLMError, ModelUnavailableError
 from biomem.keys import create_key, revoke_key
-from biomem.llamacpp import free_port
+from biomem.notes.llamacpp import free_port
 from biomem.identity.samples import group_photo_path
 from biomem.server import create_app, served
 from biomem.server.auth import loopback

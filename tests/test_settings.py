@@ -24,7 +24,7 @@ from biomem.vocabulary import AttemptLimits
 from biomem.memory import DEFAULT_ENCODER, BioMemory
 from biomem.stores.sealing import encode_key, new_key
 from biomem.settings import DEFAULT_TEXT_MODEL, Settings, markdown_table
-from biomem.textenc import TextEncoder
+from biomem.notes.textenc import TextEncoder
 
 ROOT = Path(__file__).resolve().parent.parent
 SURFACES = {"engine", "CLI", "app", "serve"}
@@ -161,7 +161,7 @@ def test_the_modalities_variables_are_shown_as_modalities_reads_them(monkeypatch
 
 def test_the_caches_and_key_file_follow_xdg(monkeypatch, tmp_path):
     from biomem.eval import default_cache_dir
-    from biomem.textenc import default_onnx_cache
+    from biomem.notes.textenc import default_onnx_cache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert default_cache_dir() == tmp_path / "cache" / "biomem" / "locomo"

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from biomem.errors import ModelUnavailableError
-from biomem.textenc import TextEncoder, shipped_minilm_dir
-from biomem.textonnx import fingerprint
+from biomem.notes.textenc import TextEncoder, shipped_minilm_dir
+from biomem.notes.textonnx import fingerprint
 
 
 def test_default_encoder_is_all_minilm_and_unit_norm(text_encoder):

@@ -4,9 +4,9 @@ import logging
 
 import numpy as np
 
-from biomem import textonnx
-from biomem.textenc import TextEncoder
-from biomem.textonnx import OnnxSentenceForward, fingerprint
+from biomem.notes import textonnx
+from biomem.notes.textenc import TextEncoder
+from biomem.notes.textonnx import OnnxSentenceForward, fingerprint
 
 
 def _torch(text_encoder, texts):
@@ -35,7 +35,7 @@ def test_the_export_is_made_once_then_reused(tmp_path, text_encoder, monkeypatch
 
 def test_a_broken_export_leaves_the_encoder_on_torch(tmp_path, text_encoder, caplog):
     (tmp_path / f"{fingerprint(text_encoder.model)}.onnx").write_bytes(b"not a model")
-    with caplog.at_level(logging.WARNING, logger="biomem.textonnx"):
+    with caplog.at_level(logging.WARNING, logger="biomem.notes.textonnx"):
         fallback = TextEncoder(onnx_cache=tmp_path)
     assert fallback.onnx is None and "stays on torch" in caplog.text
     texts = ["My PIN is 1234", "What is my PIN?"]

@@ -32,7 +32,7 @@ from tqdm import tqdm
 from biomem import __version__
 from biomem.errors import InvalidInputError
 from biomem.stores.sqlite.schema import SCHEMA_VERSION
-from biomem.textenc import TextEncoder
+from biomem.notes.textenc import TextEncoder
 
 from . import default_cache_dir
 from .biosources import BioSet, load_source, non_owner

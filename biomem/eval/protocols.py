@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from biomem.errors import InvalidInputError
-from biomem.llm import ChatLLM, OfflineLLM
+from biomem.notes.llm import ChatLLM, OfflineLLM
 from biomem.stores.records import Note
 from biomem.results import Answer
 

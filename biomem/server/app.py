@@ -190,7 +190,7 @@ def uvicorn_config(app: FastAPI, host: str, port: int, **options: Any) -> uvicor
 def served(app: FastAPI, host: str = "127.0.0.1", port: int | None = None,
            timeout: float = 120.0) -> Iterator[str]:
     """The base URL of `app` served by uvicorn in a thread on a free port; stopped on exit."""
-    from ..llamacpp import free_port
+    from ..notes.llamacpp import free_port
 
     port = port or free_port()
     server = uvicorn.Server(uvicorn_config(app, host, port, log_level="warning"))

@@ -19,7 +19,7 @@ from ..errors import InvalidInputError, SessionExpiredError, StepUpRequiredError
 from ..memory import BioMemory
 from ..stores.records import Note
 from ..sessions import Session
-from ..timeparse import parse_timestamp
+from ..notes.timeparse import parse_timestamp
 from .auth import Caller, authorised, caller, maybe_caller
 from .errors import ApiError
 from .models import (

@@ -39,7 +39,7 @@ def launch(page: gr.Blocks, settings: Settings | None = None, **overrides: Any) 
 def served(mem: BioMemory, cache: Path, **build: Any) -> Iterator[tuple[str, gr.Blocks]]:
     """(url, page) of the app over `mem` on a free 127.0.0.1 port, Gradio's uploads in `cache`;
     closed afterwards. For tests and benchmarks that drive the public page."""
-    from ..llamacpp import free_port
+    from ..notes.llamacpp import free_port
 
     with mock.patch.dict(os.environ, {"GRADIO_TEMP_DIR": str(cache)}):
         page = build_app(mem, **build)

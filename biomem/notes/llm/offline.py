@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
-from ..stores.records import Note
+from ...stores.records import Note
 from ..textenc import TextEncoder
 from .base import LLM, Draft, Evolution, NoteMeta
 from .prompts import NOT_MENTIONED

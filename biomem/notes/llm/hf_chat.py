@@ -8,7 +8,7 @@ from typing import Any
 
 from modalities.weights import package_dirs
 
-from ..errors import LLMError, ModelUnavailableError
+from ...errors import LLMError, ModelUnavailableError
 from .chat import ChatLLM
 from .offline import OfflineLLM
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import LLMError
-from ..settings import Settings
+from ...errors import LLMError
+from ...settings import Settings
 from .chat import ChatLLM
 from .offline import OfflineLLM
 

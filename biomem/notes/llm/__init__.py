@@ -19,7 +19,7 @@ chat provider (`openai_chat`, `hf_chat`); this module picks one by name (`make_l
 
 from __future__ import annotations
 
-from ..settings import Settings, llm_spec
+from ...settings import Settings, llm_spec
 from ..textenc import TextEncoder
 from .base import LLM, Draft, Evolution, NoteMeta, QueryKeywords, extract_json, parse_json_reply
 from .chat import (

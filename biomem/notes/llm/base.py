@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic import BaseModel, Field, field_validator
 
-from ..stores.records import Note
+from ...stores.records import Note
 from .prompts import CONTEXT_PLACEHOLDER
 
 

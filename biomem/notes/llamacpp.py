@@ -1,6 +1,6 @@
 """llama.cpp's OpenAI-compatible server for a local GGUF file, started and stopped from Python.
 
-    from biomem.llm import smollm2_gguf
+    from biomem.notes.llm import smollm2_gguf
     with serve_gguf(smollm2_gguf()) as base_url:        # http://127.0.0.1:<free port>/v1
         mem = BioMemory("m.db", llm=OpenAIChat(model_name(smollm2_gguf()), offline, base_url=base_url))
 
@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from .errors import LLMError, ModelUnavailableError
+from ..errors import LLMError, ModelUnavailableError
 
 SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context",
                   "pydantic_settings")  # llama-cpp-python and its [server] extra

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from ..errors import LLMError
-from ..stores.records import Note
+from ...errors import LLMError
+from ...stores.records import Note
 from .base import LLM, Draft, Evolution, M, NoteMeta, QueryKeywords, extract_json
 from .offline import OfflineLLM
 from .prompts import ANALYZE_PROMPT, EVOLVE_PROMPT, KEYWORDS_PROMPT, answer_prompt

