@@ -28,7 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 
-from biomem.demo import DEMO_PEOPLE  # noqa: E402
+from biomem.engine.demo import DEMO_PEOPLE  # noqa: E402
 from biomem.eval.locomo import load_locomo  # noqa: E402
 from biomem.eval.metrics import ADVERSARIAL, TEMPORAL, amem_f1  # noqa: E402
 from biomem.notes.llm import ABSTAIN_BELOW, OfflineLLM, spoken_date  # noqa: E402

@@ -3,7 +3,7 @@
     python benchmarks/ask_latency.py                     # face-dlib vs face-arcface-s, offline LLM
     python benchmarks/ask_latency.py --smollm2 12        # + face-arcface-s with SmolLM2 answering (12 asks)
 
-Each encoder gets its own store of the demo people (biomem.demo.build_demo: three people with
+Each encoder gets its own store of the demo people (biomem.engine.demo.build_demo: three people with
 their memories, the stranger never enrolled). Every ask is an owner's or the stranger's
 question with a fresh augmented capture as the probe, sent as JPEG bytes (what a kiosk's camera
 hands over), timed stage by stage in the order the engine runs them:
@@ -49,7 +49,7 @@ from PIL import Image  # noqa: E402
 
 import modalities  # noqa: E402
 from biomem import BioMemory, Probe  # noqa: E402
-from biomem.demo import DEMO_PEOPLE, STRANGER, build_demo, demo_capture  # noqa: E402
+from biomem.engine.demo import DEMO_PEOPLE, STRANGER, build_demo, demo_capture  # noqa: E402
 from biomem.errors import MultipleFacesError, NoFaceError  # noqa: E402
 from biomem.notes.llamacpp import model_name, serve_gguf  # noqa: E402
 from biomem.notes.llm import LLM, OfflineLLM, OpenAIChat, smollm2_gguf  # noqa: E402

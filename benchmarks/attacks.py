@@ -5,7 +5,7 @@
 
 The attacker has only what any visitor has: the app's public `/ask` endpoint, reached
 through gradio_client, and a photo of themselves (the stranger, `biomem.identity.samples.face_crops()[6]`,
-never enrolled). The target is Ana, a demo person (`biomem.demo.build_demo`, faces only).
+never enrolled). The target is Ana, a demo person (`biomem.engine.demo.build_demo`, faces only).
 Starting from the stranger's photo, each query uploads a PNG of a candidate: the current image
 with one seeded random perturbation (a square of 8-64 px, either low-amplitude Gaussian noise
 or a blend towards a random colour). The only feedback is the reply:
@@ -76,7 +76,7 @@ from PIL import Image  # noqa: E402
 import app  # noqa: E402
 import modalities  # noqa: E402
 from biomem import BioMemory  # noqa: E402
-from biomem.demo import DEMO_PEOPLE, STRANGER, build_demo  # noqa: E402
+from biomem.engine.demo import DEMO_PEOPLE, STRANGER, build_demo  # noqa: E402
 from biomem.errors import BioMemError  # noqa: E402
 from biomem.vocabulary import AttemptLimits  # noqa: E402
 from biomem.identity.samples import face_crops  # noqa: E402

@@ -60,7 +60,7 @@ from PIL import Image  # noqa: E402
 
 from biomem import BioMemory  # noqa: E402
 from biomem.errors import MultipleFacesError, NoFaceError  # noqa: E402
-from biomem.keys import create_key  # noqa: E402
+from biomem.engine.keys import create_key  # noqa: E402
 from biomem.notes.llamacpp import free_port  # noqa: E402
 from biomem.identity.samples import augment, calibration_faces  # noqa: E402
 from machine import machine_info  # noqa: E402  (benchmarks/machine.py)

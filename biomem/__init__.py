@@ -25,8 +25,8 @@ from .errors import (
 __version__ = "0.1.0"
 
 _LAZY = {
-    "BioMemory": ".memory", "Answer": ".results", "SearchResult": ".results",
-    "AsyncBioMemory": ".aio", "Session": ".sessions",
+    "BioMemory": ".engine.memory", "Answer": ".engine.results", "SearchResult": ".engine.results",
+    "AsyncBioMemory": ".engine.aio", "Session": ".engine.sessions",
     "GateResult": ".identity.gate", "Probe": ".identity.gate",
     "Identity": ".stores.records", "Note": ".stores.records",
 }

@@ -26,7 +26,7 @@ from .settings import Settings
 
 def _memory(args: argparse.Namespace):  # noqa: ANN202 - BioMemory, imported lazily (torch is slow)
     """The BioMemory of the settings, with --db, --encoder, --llm and --policy over them."""
-    from .memory import BioMemory
+    from .engine.memory import BioMemory
 
     return BioMemory.from_settings(dataclasses.replace(args.settings, db=args.db, encoder=args.encoder,
                                                        llm=args.llm, policy=args.policy))
@@ -138,14 +138,14 @@ def cmd_samples(args: argparse.Namespace) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    from .demo import run_demo
+    from .engine.demo import run_demo
 
     run_demo(args.db)
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
     """REST at /v1, MCP at /mcp and the page at / over --db, with uvicorn, until interrupted."""
-    from .keys import any_keys
+    from .engine.keys import any_keys
     from .server.auth import loopback
     from .stores import open_store
 
@@ -162,7 +162,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
                                   f"or bind 127.0.0.1")
     import uvicorn
 
-    from .memory import BioMemory
+    from .engine.memory import BioMemory
     from .server.app import create_app, uvicorn_config
 
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -177,7 +177,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 def cmd_keys(args: argparse.Namespace) -> None:
     """Create, list or revoke the service's API keys (the store holds their SHA-256 only)."""
-    from .keys import create_key, list_keys, revoke_key
+    from .engine.keys import create_key, list_keys, revoke_key
     from .stores import open_store
 
     store = open_store(args.db, settings=args.settings)

@@ -69,7 +69,7 @@ class EnrolmentRefusedError(EnrolmentError):
 
 
 class TextTooLongError(InvalidInputError):
-    """A memory or a question longer than the engine takes (biomem.memory's MAX_NOTE_CHARS and
+    """A memory or a question longer than the engine takes (biomem.engine.memory's MAX_NOTE_CHARS and
     MAX_QUESTION_CHARS); nothing was stored."""
 
 
@@ -108,4 +108,4 @@ class AuthenticationError(BioMemError, PermissionError):
 
 
 class NotAuthorisedError(AuthenticationError):
-    """A known caller (or the public page) whose role does not open this door (biomem.access)."""
+    """A known caller (or the public page) whose role does not open this door (biomem.engine.access)."""

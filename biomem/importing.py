@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .demo import LOCOMO_FACES, SAMPLE_PEOPLE, demo_capture, demo_palm, locomo_sample
+from .engine.demo import LOCOMO_FACES, SAMPLE_PEOPLE, demo_capture, demo_palm, locomo_sample
 from .errors import InvalidInputError
-from .memory import BioMemory
+from .engine.memory import BioMemory
 
 BATCH = 128  # turns stored per add_many call (one progress step each)
 Progress = Callable[[float, str], None]

@@ -1,4 +1,4 @@
-"""Every door has an owner: the access table (biomem.access) names every REST route, MCP tool and page
+"""Every door has an owner: the access table (biomem.engine.access) names every REST route, MCP tool and page
 event, and each one, called the way an outsider would call it, opens only for the role the table says.
 """
 
@@ -13,9 +13,10 @@ import pytest
 from fastapi.routing import APIRoute
 from mcp.server.mcpserver import MCPServer
 
-from biomem import BioMemory, access
-from biomem.demo import build_demo
-from biomem.keys import create_key
+from biomem import BioMemory
+from biomem.engine import access
+from biomem.engine.demo import build_demo
+from biomem.engine.keys import create_key
 from biomem.server import create_app, served
 from biomem.server import rest
 from biomem.server.mcp import register_tools
@@ -122,7 +123,7 @@ def test_every_page_event_is_a_door_and_opens_only_for_its_role(keyed_page):
     before = served.mem.store.counts()
     for fn_index, fn in served.demo.fns.items():
         name = getattr(fn.fn, "door", None)
-        assert name in access.PAGE, f"event {fn_index} ({fn.name}) is not a door of biomem.access"
+        assert name in access.PAGE, f"event {fn_index} ({fn.name}) is not a door of biomem.engine.access"
         reply = call_event(served.url, fn_index, [values.get(i) for i in events[fn_index]["inputs"]], f"out{fn_index}")
         refused = "this caller's role is public" in json.dumps(reply)
         assert refused == (not access.allowed(name, "public")), (fn_index, name, reply)

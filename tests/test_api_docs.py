@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from biomem import BioMemory
-from biomem.keys import create_key
+from biomem.engine.keys import create_key
 from biomem.server import create_app, served
 from biomem.settings import Settings
 

@@ -27,7 +27,7 @@ from PIL import Image
 import app
 from biomem import BioMemory
 from biomem.identity.calibrate import SAMPLE_PALMS
-from biomem.demo import DEMO_PEOPLE, demo_capture
+from biomem.engine.demo import DEMO_PEOPLE, demo_capture
 from biomem.notes.llm import OfflineLLM, OpenAIChat
 from biomem.identity.samples import group_photo_path
 from biomem.ui import Controller, render, uploads

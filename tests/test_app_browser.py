@@ -28,7 +28,7 @@ import pytest
 from PIL import Image
 
 from biomem import BioMemory
-from biomem.demo import demo_capture
+from biomem.engine.demo import demo_capture
 from tests.test_app import cached_images, served_app
 
 CHROMIUM = os.environ.get("BIOMEM_CHROMIUM", "/usr/bin/chromium")

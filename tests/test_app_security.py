@@ -19,7 +19,7 @@ from PIL import Image
 
 import app
 from biomem import BioMemory
-from biomem.demo import DEMO_PEOPLE, build_demo, demo_capture
+from biomem.engine.demo import DEMO_PEOPLE, build_demo, demo_capture
 from biomem.ui import Controller, uploads
 from biomem.ui.messages import friendly
 from tests.test_app import QUESTION, cached_images, served_app, upload

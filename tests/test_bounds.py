@@ -16,10 +16,10 @@ from fastapi.testclient import TestClient
 from biomem.identity.disclosure import note_view
 from biomem.identity.enrolment import HIDDEN_CATEGORIES, MAX_LABEL_CHARS
 from biomem.errors import InvalidInputError, TextTooLongError
-from biomem.keys import create_key
+from biomem.engine.keys import create_key
 from biomem.notes.llm import answer_prompt, fit_notes
-from biomem.memory import MAX_NOTE_CHARS, MAX_QUESTION_CHARS
-from biomem.messages import readable
+from biomem.engine.memory import MAX_NOTE_CHARS, MAX_QUESTION_CHARS
+from biomem.engine.messages import readable
 from biomem.stores.records import Note
 from biomem.server import create_app
 from biomem.server.models import AnswerReply

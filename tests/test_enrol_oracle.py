@@ -29,10 +29,10 @@ from biomem.errors import (
     InconsistentSamplesError,
     TooManyAttemptsError,
 )
-from biomem.keys import create_key
+from biomem.engine.keys import create_key
 from biomem.identity.limits import AttemptLimiter
 from biomem.vocabulary import AttemptLimits
-from biomem.messages import readable
+from biomem.engine.messages import readable
 from biomem.server import create_app
 from biomem.settings import Settings
 from biomem.ui.controller import Controller

@@ -32,9 +32,9 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from biomem import BioMemory, Probe
-from biomem.demo import build_demo, demo_capture
+from biomem.engine.demo import build_demo, demo_capture
 from biomem.errors import UnknownIdentityError
-from biomem.keys import create_key
+from biomem.engine.keys import create_key
 from biomem.server import create_app, served
 from biomem.settings import Settings
 from biomem.stores.base import TABLES

@@ -36,7 +36,7 @@ from biomem.errors import (
     InvalidImageError,
     UnsupportedImageFormatError,
 )
-from biomem.keys import create_key
+from biomem.engine.keys import create_key
 from biomem.server import create_app, served
 from biomem.server.probes import MAX_BODY
 from biomem.settings import Settings

@@ -21,9 +21,9 @@ from mcp_types import CallToolResult
 from PIL import Image
 
 from biomem import BioMemory
-from biomem.aio import AsyncBioMemory
-from biomem.demo import DEMO_PALM_SEEDS, STRANGER_PALM_SEED, build_demo, demo_capture, demo_palm
-from biomem.keys import create_key, revoke_key
+from biomem.engine.aio import AsyncBioMemory
+from biomem.engine.demo import DEMO_PALM_SEEDS, STRANGER_PALM_SEED, build_demo, demo_capture, demo_palm
+from biomem.engine.keys import create_key, revoke_key
 from biomem.identity.limits import client_tag
 from biomem.identity.samples import group_photo_path
 from biomem.server.app import served

@@ -30,9 +30,9 @@ import pytest
 from PIL import Image
 
 from biomem import BioMemory
-from biomem.demo import build_demo, demo_capture, usable_capture
+from biomem.engine.demo import build_demo, demo_capture, usable_capture
 from biomem.errors import LLMError, ModelUnavailableError
-from biomem.keys import create_key, revoke_key
+from biomem.engine.keys import create_key, revoke_key
 from biomem.notes.llamacpp import free_port
 from biomem.identity.samples import group_photo_path
 from biomem.server import create_app, served
@@ -547,7 +547,7 @@ def test_a_store_without_keys_serves_local_agents_only(tmp_path, text_encoder, f
 
 def test_serve_refuses_a_public_address_without_keys_and_keys_are_managed_by_cli(tmp_path, capsys):
     from biomem import cli
-    from biomem.keys import authenticate
+    from biomem.engine.keys import authenticate
     from biomem.stores.sqlite import Store
 
     db = str(tmp_path / "c.db")

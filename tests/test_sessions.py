@@ -20,7 +20,7 @@ from biomem.errors import (
     TooManyAttemptsError,
     UnknownIdentityError,
 )
-from biomem.keys import any_keys, authenticate, create_key, list_keys, revoke_key
+from biomem.engine.keys import any_keys, authenticate, create_key, list_keys, revoke_key
 from biomem.stores.sqlite import Store
 
 from .conftest import BOTH_STORES

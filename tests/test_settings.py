@@ -21,7 +21,7 @@ import modalities.weights
 from biomem.cli import build_parser, main
 from biomem.errors import DisclosureError, InvalidInputError, KeyUnavailableError, ModelUnavailableError
 from biomem.vocabulary import AttemptLimits
-from biomem.memory import DEFAULT_ENCODER, BioMemory
+from biomem.engine.memory import DEFAULT_ENCODER, BioMemory
 from biomem.stores.sealing import encode_key, new_key
 from biomem.settings import DEFAULT_TEXT_MODEL, Settings, markdown_table
 from biomem.notes.textenc import TextEncoder
@@ -243,7 +243,7 @@ def test_from_settings_serves_private_on_a_real_store_and_stores_tau(tmp_path, m
     real.close()
     configured = settings(BIOMEM_DB=str(tmp_path / "real.db"), BIOMEM_DISCLOSURE="demo", BIOMEM_POLICY="all",
                           BIOMEM_TAU="0.52,palm-compcode=0.3")
-    with caplog.at_level(logging.WARNING, logger="biomem.memory"):
+    with caplog.at_level(logging.WARNING, logger="biomem.engine.memory"):
         mem = BioMemory.from_settings(configured, text_model=text_encoder, encoder=face_encoder)
     try:
         assert mem.disclosure == "private" and "private disclosure" in caplog.text

@@ -27,7 +27,7 @@ import numpy as np
 import modalities
 from biomem.errors import InvalidInputError, MultipleFacesError, NoFaceError
 from biomem.identity.gate import Probe
-from biomem.memory import DEFAULT_ENCODER
+from biomem.engine.memory import DEFAULT_ENCODER
 
 GALLERY_SIZE = 2
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp"}

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from biomem.errors import InvalidInputError
 from biomem.notes.llm import ChatLLM, OfflineLLM
 from biomem.stores.records import Note
-from biomem.results import Answer
+from biomem.engine.results import Answer
 
 from .metrics import ADVERSARIAL, ALL_CATEGORY_NAMES, CATEGORY_NAMES, TEMPORAL
 

@@ -33,7 +33,7 @@ Clients = str | Sequence[str] | None  # a requester's keys for attempt limits: s
 
 
 class Biometrics:
-    """Who a probe is, and who may enrol: the mixin of BioMemory (biomem.memory), which sets the
+    """Who a probe is, and who may enrol: the mixin of BioMemory (biomem.engine.memory), which sets the
     store, gate, attempt limiter, default modality, policy and fusion, and the encoder cache."""
 
     store: MemoryStore

@@ -28,8 +28,8 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from .. import __version__
-from ..aio import AsyncBioMemory
-from ..memory import BioMemory
+from ..engine.aio import AsyncBioMemory
+from ..engine.memory import BioMemory
 from ..settings import Settings
 from . import errors, rest
 from .auth import address_of, authenticator, loopback

@@ -21,8 +21,8 @@ from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from .. import access
-from ..keys import ApiKey, any_keys, authenticate
+from ..engine import access
+from ..engine.keys import ApiKey, any_keys, authenticate
 from ..identity.limits import client_keys
 from ..stores import MemoryStore
 from .errors import ApiError
@@ -53,7 +53,7 @@ class Caller:
         return self.key.tag if self.key else ANONYMOUS
 
     def require(self, door: str, what: str) -> None:
-        """NotAuthorisedError (403) unless this caller's role opens `door` (biomem.access)."""
+        """NotAuthorisedError (403) unless this caller's role opens `door` (biomem.engine.access)."""
         access.require(door, self.role, what)
 
 
@@ -137,7 +137,7 @@ def door_of(request: Request) -> str:
 
 
 async def authorised(request: Request) -> None:
-    """Router dependency: the matched route's role from biomem.access, checked before its handler runs
+    """Router dependency: the matched route's role from biomem.engine.access, checked before its handler runs
     (401 without a valid key, 403 for a role it does not open)."""
     door = door_of(request)
     if access.required(door) != access.PUBLIC:

@@ -3,7 +3,7 @@
     {"error": {"type": "NoFaceError", "title": "No face found", "message": "No face was found ..."}}
 
 Engine errors keep their class name as `type` (biomem.client raises the same class again) and take
-title and message from biomem.messages.readable, so the API and the page say the same thing.
+title and message from biomem.engine.messages.readable, so the API and the page say the same thing.
 The status says what kind of refusal it is (STATUS); nothing unexpected ever reaches a client
 beyond "Something went wrong": the traceback goes to the server log.
 """
@@ -41,7 +41,7 @@ from ..errors import (
     TooManyAttemptsError,
     UnknownIdentityError,
 )
-from ..messages import readable
+from ..engine.messages import readable
 
 log = logging.getLogger("biomem.server")
 

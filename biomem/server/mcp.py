@@ -54,12 +54,12 @@ from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field,
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from .. import access
-from ..aio import AsyncBioMemory
+from ..engine import access
+from ..engine.aio import AsyncBioMemory
 from ..identity.disclosure import note_view
 from ..errors import BioMemError, InvalidInputError
-from ..keys import ApiKey
-from ..messages import readable  # the words of the web app's toasts and the REST errors (no gradio import)
+from ..engine.keys import ApiKey
+from ..engine.messages import readable  # the words of the web app's toasts and the REST errors (no gradio import)
 from ..vocabulary import KEY_ROLES
 from .auth import authenticator, loopback, presented_key
 from .errors import invalid
@@ -274,7 +274,7 @@ def build_mcp(amem: AsyncBioMemory, *, authenticate: Callable[[str | None], ApiK
 
 
 def caller_of(ctx: Context, tool: str) -> Caller:
-    """The authenticated caller of this call of `tool`, if its role opens the tool (biomem.access);
+    """The authenticated caller of this call of `tool`, if its role opens the tool (biomem.engine.access);
     InvalidInputError outside an authenticated request."""
     try:
         request = ctx.request_context.request

@@ -33,7 +33,7 @@ from modalities.images import MAX_FILE_BYTES
 
 from ..errors import InvalidImageError, InvalidInputError, ModalityMismatchError
 from ..identity.gate import Probe
-from ..memory import BioMemory
+from ..engine.memory import BioMemory
 from .auth import Caller
 from .errors import ApiError, invalid
 from .models import ProbeData

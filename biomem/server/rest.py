@@ -13,12 +13,13 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Path, Request, Response
 
-from .. import __version__, access
+from .. import __version__
+from ..engine import access
 from ..identity.disclosure import note_view
 from ..errors import InvalidInputError, SessionExpiredError, StepUpRequiredError, UnknownIdentityError
-from ..memory import BioMemory
+from ..engine.memory import BioMemory
 from ..stores.records import Note
-from ..sessions import Session
+from ..engine.sessions import Session
 from ..notes.timeparse import parse_timestamp
 from .auth import Caller, authorised, caller, maybe_caller
 from .errors import ApiError

@@ -22,7 +22,7 @@ from PIL import Image
 
 import modalities
 
-from .. import access, demo
+from ..engine import access, demo
 from ..identity import calibration_plot
 from ..identity.calibrate import CalibrationReport, calibrate_folder, calibrate_samples, save
 from ..identity.disclosure import note_view
@@ -30,7 +30,7 @@ from ..errors import BioMemError, TooManyAttemptsError
 from ..identity.gate import Probe
 from ..importing import import_locomo
 from ..identity.limits import client_keys
-from ..memory import BioMemory
+from ..engine.memory import BioMemory
 from ..settings import Settings
 from . import render, uploads
 from .doors import Operators

@@ -1,4 +1,4 @@
-"""Every page event is a door of biomem.access: its handler checks the requester's role first.
+"""Every page event is a door of biomem.engine.access: its handler checks the requester's role first.
 
 Anyone who reads the page's config can post to any event (Gradio's `api_visibility` only hides an
 event from the docs), so the check runs in the handler, never in what the page shows. The role of a
@@ -18,9 +18,9 @@ from typing import Any
 
 import gradio as gr
 
-from .. import access
+from ..engine import access
 from ..errors import NotAuthorisedError
-from ..keys import any_keys, authenticate, digest
+from ..engine.keys import any_keys, authenticate, digest
 from ..stores import MemoryStore
 
 SIGN_IN_SECONDS = 8 * 3600  # an operator's sign-in lasts a working day in one browser tab
@@ -80,7 +80,7 @@ def door(operators: Operators, name: str, fn: Callable[..., Any]) -> Callable[..
     """`fn` as the page event `name`: refused (NotAuthorisedError) unless the requester's role opens it.
     The handler gains a `request` parameter that Gradio fills; `fn` gets it too if it asks for one."""
     if name not in access.PAGE:
-        raise ValueError(f"page event {name!r} is not in biomem.access.PAGE")
+        raise ValueError(f"page event {name!r} is not in biomem.engine.access.PAGE")
     signature = inspect.signature(fn)
     wants_request = "request" in signature.parameters
     if not wants_request:  # after the positional parameters, where Gradio puts what it fills

@@ -14,7 +14,7 @@ import gradio as gr
 
 from modalities.images import MAX_FILE_BYTES
 
-from ..memory import BioMemory
+from ..engine.memory import BioMemory
 from ..settings import Settings
 from .layout import build_app
 from .style import CSS, THEME

@@ -5,7 +5,7 @@ buttons go busy at once, the work writes to a hidden State (or the API's JSON) a
 then one last event renders everything from that State, clears every probe the work consumed
 (whatever happened), clears the results a failure made stale and gives the buttons back. So what the
 page says and what it holds arrive together, a second click while an action runs is ignored, and an
-error is one toast, never an overlay on an input. Every event is a door of biomem.access (`on` and
+error is one toast, never an overlay on an input. Every event is a door of biomem.engine.access (`on` and
 `action` name it): its handler checks the visitor's role first, however the event is called.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import gradio as gr
 
-from ..memory import BioMemory
+from ..engine.memory import BioMemory
 from ..settings import Settings
 from . import render, uploads
 from .controller import UNLOCK_SECONDS, Controller
@@ -65,7 +65,7 @@ LOCKED = (None, "Locked.", [])  # the listing of nobody: session, message, table
 
 
 def on(ui: Controller, name: str, fn: Callable) -> Callable:
-    """`fn` as the page event `name` of biomem.access, with engine errors as readable toasts."""
+    """`fn` as the page event `name` of biomem.engine.access, with engine errors as readable toasts."""
     return friendly(door(ui.operators, name, fn))
 
 
@@ -75,7 +75,7 @@ def action(ui: Controller, triggers: Sequence[Any], group: str, controls: Sequen
     """Wire one visitor action: `controls` go busy and `result` is emptied at once (a second start of
     `group` in the same tab while one runs is ignored), `work` writes `result` (or raises: a toast), and
     then `finish` renders `finish_outputs` from `finish_inputs` (`result` None: the work failed) in the
-    same last event that gives the controls back. `name` is the work's door in biomem.access."""
+    same last event that gives the controls back. `name` is the work's door in biomem.engine.access."""
     buttons = [c.button for c in controls]
 
     def begin(request: gr.Request) -> tuple[Any, ...]:
@@ -449,7 +449,7 @@ def calibrate_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None
 
 def operator_panel(ui: Controller) -> None:
     """Sign in with an API key the operator issued: on a store with keys, enrolling and loading the demo
-    need an agent key, server paths and τ an admin key (biomem.access); the key is checked, never kept."""
+    need an agent key, server paths and τ an admin key (biomem.engine.access); the key is checked, never kept."""
     gr.Markdown("On a server with API keys, enrolling people and loading the demo need an operator's key "
                 "(`biomem keys create NAME`). The key is checked on the server for this tab only.")
     with gr.Row(equal_height=True):

@@ -1,5 +1,5 @@
 """Engine errors as toasts a person can act on: the app's own title, one line, never a traceback
-or a server path (those go to the log). The titles and lines are biomem.messages' (shared with the
+or a server path (those go to the log). The titles and lines are biomem.engine.messages' (shared with the
 REST API and MCP), re-exported here."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import gradio as gr
 
 from ..errors import BioMemError
-from ..messages import ERRORS, LOGGED_ONLY, SELF_EXPLAINED, readable  # noqa: F401  (re-exported)
+from ..engine.messages import ERRORS, LOGGED_ONLY, SELF_EXPLAINED, readable  # noqa: F401  (re-exported)
 
 log = logging.getLogger("biomem.ui")
 

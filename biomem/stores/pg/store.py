@@ -298,7 +298,7 @@ class PostgresStore(PgNoteRows, SealedTemplates):
             self._bump_templates(conn)
         self.sealer = new
 
-    # service API keys (biomem.keys): digests only
+    # service API keys (biomem.engine.keys): digests only
     def add_api_key(self, name: str, role: str, digest: str, prefix: str) -> int:
         with self.transaction() as conn:
             return conn.execute("INSERT INTO api_keys (name, role, digest, prefix, created) VALUES (%s, %s, %s, %s, %s) "

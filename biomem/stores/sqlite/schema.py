@@ -9,7 +9,7 @@ SCHEMA_VERSION = 4
 # Version 2: ids are AUTOINCREMENT (never reused, so nothing keyed by an id can reach a later
 # person), labels are unique case-insensitively, templates are sealed, thresholds carry a
 # stricter step-up τ, identities say whether they are sample people (see disclosure).
-# Version 3: service API keys (biomem.keys), kept as SHA-256 digests only.
+# Version 3: service API keys (biomem.engine.keys), kept as SHA-256 digests only.
 # Version 4: attempt limits (biomem.identity.limits) in the store, shared by every process serving it.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -286,7 +286,7 @@ class Store(NoteRows, SealedTemplates):
             db.execute("DELETE FROM identities WHERE id = ?", [int(identity_id)])
             self._bump_templates(db)
 
-    # service API keys (biomem.keys): digests only
+    # service API keys (biomem.engine.keys): digests only
     def add_api_key(self, name: str, role: str, digest: str, prefix: str) -> int:
         with self.transaction() as db:
             return db.execute("INSERT INTO api_keys (name, role, digest, prefix, created) VALUES (?, ?, ?, ?, ?)",

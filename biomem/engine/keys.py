@@ -17,9 +17,9 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidInputError
-from .stores import MemoryStore
-from .vocabulary import KEY_ROLES
+from ..errors import InvalidInputError
+from ..stores import MemoryStore
+from ..vocabulary import KEY_ROLES
 PREFIX = "bm_"
 
 

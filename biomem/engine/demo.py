@@ -17,9 +17,9 @@ import numpy as np
 
 import modalities
 
-from .errors import BioMemError, InvalidInputError, MultipleFacesError, NoFaceError
+from ..errors import BioMemError, InvalidInputError, MultipleFacesError, NoFaceError
 from .memory import BioMemory
-from .identity.samples import augment, face_crops
+from ..identity.samples import augment, face_crops
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .identity.disclosure import linked_view, note_view
-from .identity.gate import GateResult
-from .stores.records import Note
+from ..identity.disclosure import linked_view, note_view
+from ..identity.gate import GateResult
+from ..stores.records import Note
 
 
 @dataclass

@@ -19,25 +19,39 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .errors import SessionExpiredError, StepUpRequiredError, UnknownIdentityError
-from .identity.gate import GateResult
-from .stores.records import Note, check_id
-
-if TYPE_CHECKING:
-    from .memory import BioMemory
-    from .results import Answer, SearchResult
+from ..errors import SessionExpiredError, StepUpRequiredError, UnknownIdentityError
+from ..identity.biometrics import Clients
+from ..identity.gate import GateResult
+from ..stores import MemoryStore
+from ..stores.records import Note, check_id
+from .results import Answer, SearchResult
 
 DEFAULT_TTL = 120.0
 MAX_SESSIONS = 10_000  # bounded memory: the oldest sessions are dropped first
+
+
+class Engine(Protocol):
+    """What a session asks of its BioMemory (biomem.engine.memory), which opens it."""
+
+    store: MemoryStore
+    sessions: Sessions
+
+    def search_as(self, gate: GateResult, query: Any, *, k: int | None = None, links: int = 0) -> SearchResult: ...
+    def ask_as(self, gate: GateResult, question: str, *, k: int | None = None, links: int = 0,
+               temporal: bool = False, query: str | None = None) -> Answer: ...
+    def add(self, text: str, *, identity: int | None = None, timestamp: Any = None, infer: bool = True) -> Note: ...
+    def verify(self, probe: Any, action: str = "this action", *, client: Clients = None) -> int: ...
+    def update(self, note_id: int, text: str, *, probe: Any, client: Clients = None) -> Note: ...
+    def delete(self, note_id: int, *, probe: Any, client: Clients = None, keep_history: bool = False) -> Note: ...
 
 
 @dataclass(eq=False)
 class Session:
     """One requester, admitted once by the gate; every call acts as `identity`."""
 
-    mem: BioMemory
+    mem: Engine
     gate: GateResult
     label: str
     broad: bool  # the opening probe also cleared the step-up τ of every enrolled modality

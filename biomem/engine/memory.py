@@ -7,7 +7,7 @@
     mem.search("what is my PIN?", probe="alice3.jpg")  # only Alice's notes can come back
 
 The biometric calls (enroll, identify, verify, threshold…) are biomem.identity.biometrics'; the result
-types SearchResult and Answer, biomem.results', are re-exported here.
+types SearchResult and Answer, biomem.engine.results', are re-exported here.
 """
 
 from __future__ import annotations
@@ -22,22 +22,22 @@ import numpy as np
 
 import modalities
 
-from .notes.agent import MemoryAgent
-from .identity.biometrics import Biometrics, Clients
-from .identity.disclosure import gate_view, kept_out_view, people_view
-from .identity.encoders import EncoderCache
-from .errors import DisclosureError, InvalidInputError, StoreCorruptError, TextTooLongError, UnknownIdentityError
-from .identity.gate import Gate, GateResult
-from .identity.limits import AttemptLimiter
-from .notes.llm import LLM, answer_prompt, fit_notes, make_llm
-from .stores.records import Note, check_id
+from ..notes.agent import MemoryAgent
+from ..identity.biometrics import Biometrics, Clients
+from ..identity.disclosure import gate_view, kept_out_view, people_view
+from ..identity.encoders import EncoderCache
+from ..errors import DisclosureError, InvalidInputError, StoreCorruptError, TextTooLongError, UnknownIdentityError
+from ..identity.gate import Gate, GateResult
+from ..identity.limits import AttemptLimiter
+from ..notes.llm import LLM, answer_prompt, fit_notes, make_llm
+from ..stores.records import Note, check_id
 from .results import Answer, SearchResult
 from .sessions import DEFAULT_TTL, Session, Sessions
-from .settings import MIN_PROMPT_TOKENS, Settings
-from .stores import MemoryStore, is_postgres, open_store, sqlite_path
-from .notes.textenc import TextEncoder, default_onnx_cache
-from .notes.timeparse import parse_timestamp
-from .vocabulary import DISCLOSURES, FUSIONS, POLICIES, AttemptLimits
+from ..settings import MIN_PROMPT_TOKENS, Settings
+from ..stores import MemoryStore, is_postgres, open_store, sqlite_path
+from ..notes.textenc import TextEncoder, default_onnx_cache
+from ..notes.timeparse import parse_timestamp
+from ..vocabulary import DISCLOSURES, FUSIONS, POLICIES, AttemptLimits
 
 DEFAULT_ENCODER = "face-arcface-s"  # the paper's face encoder (ArcFace, insightface buffalo_s)
 # A memory is refused past MAX_NOTE_CHARS characters rather than split: a split would make one text
@@ -246,7 +246,7 @@ class BioMemory(Biometrics):
     def session(self, probe: Any, *, client: Clients = None, ttl: float = DEFAULT_TTL,
                 bound_to: str | None = None) -> Session:
         """Run the gate once: a Session that acts as the matched person for `ttl` seconds
-        (UnknownIdentityError when the probe matches nobody). See biomem.sessions."""
+        (UnknownIdentityError when the probe matches nobody). See biomem.engine.sessions."""
         self.limiter.check(client)
         probes = self.probes(probe)
         gate = self.identify(probes, policy="best", client=client)

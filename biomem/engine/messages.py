@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from .errors import (
+from ..errors import (
     AlreadyEnrolledError,
     AuthenticationError,
     BioMemError,
@@ -38,7 +38,7 @@ from .errors import (
     UnsupportedImageFormatError,
 )
 
-log = logging.getLogger("biomem.messages")
+log = logging.getLogger("biomem.engine.messages")
 
 # (error class, toast title, message); the first match wins, so subclasses come first.
 ERRORS: list[tuple[type[BaseException], str, str]] = [

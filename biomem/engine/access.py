@@ -14,8 +14,8 @@ the page's config can post to any event. A door missing from the table is refuse
 
 from __future__ import annotations
 
-from .errors import NotAuthorisedError
-from .vocabulary import ADMIN, AGENT, PUBLIC, ROLES
+from ..errors import NotAuthorisedError
+from ..vocabulary import ADMIN, AGENT, PUBLIC, ROLES
 
 # The page: what the README declares public is probe-gated (ask, remember, compare, one's own notes
 # with fresh probes) or touches no memory (sample captures, the status line, views of one's own

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from .memory import BioMemory
-from .stores.records import Identity, Note
+from ..stores.records import Identity, Note
 from .results import Answer, SearchResult
 from .sessions import Session
 
@@ -77,7 +77,7 @@ class AsyncBioMemory:
 
 
 class AsyncSession:
-    """A requester Session whose calls are coroutines (see biomem.sessions)."""
+    """A requester Session whose calls are coroutines (see biomem.engine.sessions)."""
 
     def __init__(self, amem: AsyncBioMemory, session: Session) -> None:
         self.amem, self.session = amem, session

@@ -1,0 +1,2 @@
+"""The engine layer: BioMemory, one access policy for every surface. Sessions, the async face, results, the
+door → role table, API keys, the error titles every surface shows, and the demo."""
