@@ -117,7 +117,7 @@ class CCNetEncoder(Encoder):
             raise ModelUnavailableError(f"{self.path} has an ArcFace head of {found} classes, "
                                         f"not the {num_classes} asked for")
         self.num_classes = found or num_classes or 1  # no head: check_keys reports it missing
-        model = ccnet(self.num_classes)
+        model = ccnet(self.num_classes, EMBEDDING_DIM)
         check_keys(model, state, self.path)
         model.load_state_dict(state, strict=True)
         self.device = torch.device(device)

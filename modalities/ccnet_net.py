@@ -16,8 +16,6 @@ from torch import nn
 
 from .errors import ModelUnavailableError
 
-from .ccnet import EMBEDDING_DIM
-
 FLATTEN_DIM = 13152  # 3 blocks x (16x15x15 first order + 16x7x7 second order) for a 128x128 ROI
 COMPETITION_WEIGHT = 0.8  # train.py --com_weight: channel competition 0.8, each spatial one 0.1
 HEAD_KEY = "arclayer_.weight"
@@ -155,18 +153,19 @@ class ArcMarginProduct(nn.Module):
 
 
 class ccnet(nn.Module):  # noqa: N801 - the official name
-    """CCNet = CB1 // CB2 // CB3 + fc + fc1 + dropout + ArcFace head (training only)."""
+    """CCNet = CB1 // CB2 // CB3 + fc + fc1 + dropout + ArcFace head (training only); `dim` is fc1's width,
+    the matching feature's (modalities.ccnet.EMBEDDING_DIM, 2048 in the authors' checkpoints)."""
 
-    def __init__(self, num_classes: int, weight: float = COMPETITION_WEIGHT) -> None:
+    def __init__(self, num_classes: int, dim: int, weight: float = COMPETITION_WEIGHT) -> None:
         super().__init__()
         self.num_classes = num_classes
         self.cb1 = CompetitiveBlock_Mul_Ord_Comp(channel_in=1, n_competitor=9, ksize=35, init_ratio=1, weight=weight)
         self.cb2 = CompetitiveBlock_Mul_Ord_Comp(channel_in=1, n_competitor=36, ksize=17, init_ratio=0.5, weight=weight)
         self.cb3 = CompetitiveBlock_Mul_Ord_Comp(channel_in=1, n_competitor=9, ksize=7, init_ratio=0.25, weight=weight)
         self.fc = nn.Linear(FLATTEN_DIM, 4096)
-        self.fc1 = nn.Linear(4096, EMBEDDING_DIM)
+        self.fc1 = nn.Linear(4096, dim)
         self.drop = nn.Dropout(p=0.5)
-        self.arclayer_ = ArcMarginProduct(EMBEDDING_DIM, num_classes, s=30, m=0.5, easy_margin=False)
+        self.arclayer_ = ArcMarginProduct(dim, num_classes, s=30, m=0.5, easy_margin=False)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """The three blocks' outputs concatenated: [batch, 13152] for a 128x128 input."""

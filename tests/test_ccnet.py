@@ -14,7 +14,7 @@ import torch
 import modalities
 from biomem.errors import ModelUnavailableError, NoPalmError
 from modalities import l2_normalise
-from modalities.ccnet import CCNetEncoder, checkpoint_path
+from modalities.ccnet import EMBEDDING_DIM, CCNetEncoder, checkpoint_path
 from modalities.ccnet_net import ccnet, roi_tensor
 from modalities.palm import palm_roi
 
@@ -25,7 +25,7 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 @pytest.fixture(scope="module")
 def model() -> ccnet:
     torch.manual_seed(0)
-    return ccnet(NUM_CLASSES).eval()
+    return ccnet(NUM_CLASSES, EMBEDDING_DIM).eval()
 
 
 @pytest.fixture(scope="module")

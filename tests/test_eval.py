@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from biomem.errors import InvalidInputError
-from biomem.eval import add_locomo_arguments, main
+from biomem.cli import main
+from biomem.eval import add_locomo_arguments
 from biomem.eval import locomo as lc
 from biomem.eval.biosources import load_source, non_owner
-from biomem.eval.protocols import NOT_MENTIONED_OPTION, AMemProtocol, PaperProtocol
+from biomem.eval.protocols import NOT_MENTIONED_OPTION, AMemProtocol, Asker, PaperProtocol
 from biomem.eval.metrics import (
     amem_bleu1,
     amem_f1,
@@ -181,7 +182,7 @@ def _amem_note(note_id: int, content: str, **fields) -> Note:
 
 def test_amem_context_is_its_find_related_memories_raw_with_locomo_dates():
     amem = AMemProtocol(10, 10, "keywords", 0, {("conv-26", "D1:1"): "1:56 pm on 8 May, 2023"})
-    asker = lc.Asker(mem=None, bio=None, owners=[1], labels={1: "conv-26"}, dia_ids={5: "D1:1", 6: "D1:2"},
+    asker = Asker(mem=None, bio=None, owners=[1], labels={1: "conv-26"}, dia_ids={5: "D1:1", 6: "D1:2"},
                      protocol=amem)
     hit, linked = _amem_note(5, "Speaker Carolinesays : Hey Mel!"), _amem_note(6, "Speaker Melaniesays : Hi!")
     assert amem.context(asker, [hit], [(linked, 5)]) == (
@@ -299,5 +300,5 @@ def test_reduced_amem_protocol_end_to_end(tmp_path, text_encoder):
 
 @needs_data
 def test_cli_reports_a_bad_biometric_source_in_one_line(tmp_path, capsys):
-    assert main(["locomo", "--data", str(DATA), "--bio", "faces:extra", "--cache-dir", str(tmp_path)]) == 2
+    assert main(["eval", "locomo", "--data", str(DATA), "--bio", "faces:extra", "--cache-dir", str(tmp_path)]) == 2
     assert "unknown --bio 'faces:extra'" in capsys.readouterr().err

@@ -160,7 +160,7 @@ def test_the_modalities_variables_are_shown_as_modalities_reads_them(monkeypatch
 
 
 def test_the_caches_and_key_file_follow_xdg(monkeypatch, tmp_path):
-    from biomem.eval import default_cache_dir
+    from biomem.eval.locomo_data import default_cache_dir
     from biomem.notes.textenc import default_onnx_cache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

@@ -8,17 +8,10 @@ itself lives in `biomem.eval.locomo` and loads when a benchmark runs.
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..settings import Settings
-
-
-def default_cache_dir() -> Path:
-    """$XDG_CACHE_HOME/biomem/locomo (default ~/.cache/biomem/locomo): data and cached ingestions."""
-    return Settings.from_env().cache / "locomo"
+from .locomo_data import default_cache_dir
 
 
 def add_locomo_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,10 +70,3 @@ def run_locomo(args: argparse.Namespace) -> None:
     results = run(args)
     print((args.out / "results.md").read_text())
     print(f"wrote {args.out / 'records.json'} ({len(results['records'])} records) and {args.out / 'chart.png'}")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m biomem.eval locomo [options]`: the same as `biomem eval locomo [options]`."""
-    from biomem.cli import main as cli_main
-
-    return cli_main(["eval", *(sys.argv[1:] if argv is None else argv)])

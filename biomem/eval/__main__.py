@@ -1,7 +1,7 @@
-"""`python -m biomem.eval locomo [options]`."""
+"""`python -m biomem.eval locomo [options]`: the same as `biomem eval locomo [options]`."""
 
 import sys
 
-from . import main
+from biomem.cli import main
 
-sys.exit(main())
+sys.exit(main(["eval", *sys.argv[1:]]))

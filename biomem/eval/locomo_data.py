@@ -17,12 +17,18 @@ from typing import Any
 import numpy as np
 
 from biomem.errors import BioMemError
+from biomem.settings import Settings
 
 # The revision A-Mem was evaluated on (see shared/data/locomo/README.md), pinned by commit and hash.
 LOCOMO_URL = ("https://raw.githubusercontent.com/snap-research/locomo/"
               "3eb6f2c585f5e1699204e3c3bdf7adc5c28cb376/data/locomo10.json")
 LOCOMO_SHA256 = "79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4"
 _EVIDENCE = re.compile(r"D:?(\d+):0*(\d+)")  # also reads the data's "D:11:26", "D30:05", "D8:6; D9:17"
+
+
+def default_cache_dir() -> Path:
+    """$XDG_CACHE_HOME/biomem/locomo (default ~/.cache/biomem/locomo): data and cached ingestions."""
+    return Settings.from_env().cache / "locomo"
 
 
 class DataUnavailableError(BioMemError, RuntimeError):

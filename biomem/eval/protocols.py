@@ -22,19 +22,27 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from biomem.errors import InvalidInputError
 from biomem.notes.llm import ChatLLM, OfflineLLM
 from biomem.stores.records import Note
 from biomem.engine.results import Answer
 
-from .metrics import ADVERSARIAL, ALL_CATEGORY_NAMES, CATEGORY_NAMES, TEMPORAL
-
-if TYPE_CHECKING:
-    from .locomo import Asker
-    from .locomo_data import Question, Turn
+from .biosources import BioSet, non_owner
+from .metrics import (
+    ADVERSARIAL,
+    ALL_CATEGORY_NAMES,
+    CATEGORY_NAMES,
+    TEMPORAL,
+    amem_bleu1,
+    amem_f1,
+    evidence_recall,
+    locomo_f1,
+)
+from .locomo_data import Question, Turn
 
 NOT_MENTIONED_OPTION = "Not mentioned in the conversation"  # A-Mem's second adversarial option
 AMEM_ANSWER_PROMPT = """Based on the context: {context}, write an answer in the form of a short phrase for the following question. Answer with exact words from the context whenever possible.
@@ -191,3 +199,57 @@ class AMemProtocol(Protocol):
                                "'not mentioned' on the two-choice question when it abstains",
                 "adversarial_reference": "LoCoMo's adversarial_answer (A-Mem's final_answer)",
                 "adversarial_option_order": f"seeded per question (seed {self.seed}); A-Mem's is unseeded"}
+
+
+@dataclass
+class Asker:
+    """Everything one question needs: the store, the probes, who owns what, the protocol."""
+
+    mem: Any  # BioMemory on a working copy
+    bio: BioSet
+    owners: list[int]  # identity id of conversation i
+    labels: dict[int, str]  # identity id -> sample_id
+    dia_ids: dict[int, str]  # note id -> dia_id
+    protocol: Protocol
+
+    def turns(self, notes: Sequence[Any]) -> list[tuple[str, str | None]]:
+        """(sample_id, dia_id) of each note: the turn it stores."""
+        return [(self.labels[n.owner], self.dia_ids.get(n.id)) for n in notes]
+
+    def record(self, question: Question, index: int, mode: str, role: str, answer: Any) -> dict[str, Any]:
+        """One per-question record: gate decision, the notes the answer could read, answer and scores.
+        Leakage counts every note read, linked ones included."""
+        probe_index = index if role == "owner" else non_owner(index, len(self.owners))
+        probe_identity = self.owners[probe_index]
+        scores = answer.gate.scores
+        hits, linked = [n for n, _ in answer.notes], [n for n, _ in answer.linked]
+        gold = self.protocol.reference(question)
+        evidence = [(question.conversation, e) for e in question.evidence]
+        return {
+            "mode": mode, "role": role, "conversation": question.conversation, "qa_index": question.index,
+            "category": question.category, "question": question.question, "gold": gold,
+            "evidence": list(question.evidence), "probe_identity": self.labels[probe_identity],
+            "gate": {"admitted": [self.labels[i] for i in answer.gate.admitted],
+                     "owner_admitted": self.owners[index] in answer.gate.admitted,
+                     "probe_score": scores.get(probe_identity), "owner_score": scores.get(self.owners[index]),
+                     "threshold": answer.gate.threshold},
+            "retrieved": [{"note": n.id, "owner": self.labels[n.owner], "dia_id": self.dia_ids.get(n.id),
+                           "score": round(float(s), 4)} for n, s in answer.notes],
+            "linked": [{"note": n.id, "owner": self.labels[n.owner], "dia_id": self.dia_ids.get(n.id), "via": via}
+                       for n, via in answer.linked],
+            "answer": answer.text,
+            "scores": {"f1": amem_f1(answer.text, gold), "bleu1": amem_bleu1(answer.text, gold),
+                       "locomo_f1": locomo_f1(answer.text, gold, question.category),
+                       "recall": evidence_recall(evidence, self.turns(hits)),
+                       "recall_linked": evidence_recall(evidence, self.turns(hits + linked))
+                       if self.protocol.links else None,
+                       "leaked": sum(n.owner != probe_identity for n in hits + linked),
+                       "retrieved": len(hits) + len(linked), "prompt_tokens": self.tokens(answer.prompt)},
+        }
+
+    def tokens(self, text: str) -> int:
+        """Length of a prompt in the text encoder's word pieces (a proxy for an LLM's tokens)."""
+        return len(self.mem.text.model.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+    def ask(self, question: Question, probe_index: int, policy: str | None = None) -> Any:
+        return self.protocol.ask(self, question, self.bio.probes[probe_index], policy)

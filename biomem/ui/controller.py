@@ -28,7 +28,7 @@ from ..identity.calibrate import CalibrationReport, calibrate_folder, calibrate_
 from ..identity.disclosure import note_view
 from ..errors import BioMemError, TooManyAttemptsError
 from ..identity.gate import Probe
-from ..importing import import_locomo
+from ..eval.importing import import_locomo
 from ..identity.limits import client_keys
 from ..engine.memory import BioMemory
 from ..settings import Settings

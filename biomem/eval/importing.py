@@ -11,9 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .engine.demo import LOCOMO_FACES, SAMPLE_PEOPLE, demo_capture, demo_palm, locomo_sample
-from .errors import InvalidInputError
-from .engine.memory import BioMemory
+from ..engine.demo import LOCOMO_FACES, SAMPLE_PEOPLE, demo_capture, demo_palm, locomo_sample
+from ..engine.memory import BioMemory
+from ..errors import InvalidInputError
+from .locomo_data import load_locomo
 
 BATCH = 128  # turns stored per add_many call (one progress step each)
 Progress = Callable[[float, str], None]
@@ -34,8 +35,6 @@ def import_locomo(mem: BioMemory, path: str | Path, conversations: int = 10, *, 
                   progress: Progress | None = None) -> list[Imported]:
     """Import the first `conversations` of LoCoMo's JSON at `path` into `mem`; a conversation
     already imported (same label) is skipped. `palm`: the palm encoder, else sample faces."""
-    from .eval.locomo_data import load_locomo
-
     progress = progress or (lambda fraction, desc: None)
     file = Path(path).expanduser()
     if file.suffix.lower() != ".json" or not file.is_file():
