@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +11,7 @@ import numpy as np
 import pytest
 
 import modalities
-from biomem import errors as biomem_errors
 from modalities import Encoder, EncoderInfo, l2_normalise
-from modalities import errors as modalities_errors
 from modalities.errors import BioMemError, PluginError, UnknownEncoderError, UnknownModalityError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,13 +119,6 @@ def test_unknown_name_is_a_typed_error_that_lists_the_available_ones():
     assert isinstance(unknown.value, (BioMemError, UnknownModalityError, KeyError))
     with pytest.raises(KeyError):
         modalities.info("face-nope")
-
-
-def test_modalities_imports_nothing_from_biomem():
-    package = Path(modalities.__file__).parent
-    for source in package.glob("*.py"):
-        assert not re.search(r"^\s*(from|import) biomem\b", source.read_text(), re.M), source.name
-    assert biomem_errors.NoFaceError is modalities_errors.NoFaceError  # one class, re-exported
 
 
 def test_available_lists_builtins_without_importing_dlib():
