@@ -1,9 +1,11 @@
-"""Shared fixtures: real models loaded once per session, faces from the insightface package."""
+"""Shared fixtures: real models loaded once per session, faces from the insightface package, the family of
+two enrolled people, a clock the test moves, the stores of both backends, and Debian's Chromium."""
 
 import os
 import re
 import tempfile
 import uuid
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read by huggingface_hub at import: set first
 # Template keys of the tests' stores go to a throw-away config folder, never the user's.
@@ -27,6 +29,7 @@ def text_encoder() -> TextEncoder:
 
 
 FACE = "face-arcface-s"  # the default face encoder of a new store
+ALICE, BOB, STRANGER = 0, 1, 2  # people of face_crops(); the stranger is never enrolled by `family`
 
 
 @pytest.fixture(scope="session")
@@ -150,3 +153,47 @@ def make_memory(database, text_encoder, face_encoder):
     yield make
     for mem in opened:
         mem.close()
+
+
+@pytest.fixture
+def family(make_memory, capture):
+    """Alice and Bob enrolled from two real captures each, with look-alike notes (two each)."""
+    mem = make_memory()
+    alice = mem.enroll("alice", [capture(ALICE, 0), capture(ALICE, 1)])
+    bob = mem.enroll("bob", [capture(BOB, 0), capture(BOB, 1)])
+    mem.add("My PIN is 1234", identity=alice.id, timestamp="1:56 pm on 8 May, 2023")
+    mem.add("I adopted a beagle puppy called Rex", identity=alice.id, timestamp="2023-05-09T10:00:00")
+    mem.add("My PIN is 9876", identity=bob.id, timestamp="3:10 pm on 9 May, 2023")
+    mem.add("I am training for the Berlin marathon", identity=bob.id, timestamp="2023-05-10T08:00:00")
+    return mem, alice, bob
+
+
+class Clock:
+    """A clock the test moves by hand (`clock.now += 61`): attempt limits' and sessions'."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+CHROMIUM = os.environ.get("BIOMEM_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    """Debian's Chromium (never downloaded); a skip without it, a failure under BIOMEM_REQUIRE_BROWSER=1."""
+    if not Path(CHROMIUM).is_file():
+        if os.environ.get("BIOMEM_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"BIOMEM_REQUIRE_BROWSER=1 but there is no Chromium at {CHROMIUM}")
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set BIOMEM_CHROMIUM)")
+    pytest.importorskip("playwright.sync_api")
+    return CHROMIUM

@@ -24,23 +24,11 @@ from biomem.engine.keys import create_key
 from biomem.server import create_app, served
 from biomem.settings import Settings
 
-CHROMIUM = os.environ.get("BIOMEM_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+from .conftest import CHROMIUM_ARGS
+
 STEP_MS = 30_000  # the longest the page may take to show what is waited for
 ASSETS = {"/v1/docs/swagger/swagger-ui-bundle.js": "javascript", "/v1/docs/swagger/swagger-ui.css": "text/css",
           "/v1/docs/fastapi/favicon.png": "image/png"}
-
-
-@pytest.fixture(scope="module")
-def chromium_path() -> str:
-    """Debian's Chromium; a skip without it, a failure under BIOMEM_REQUIRE_BROWSER=1."""
-    if not Path(CHROMIUM).is_file():
-        if os.environ.get("BIOMEM_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"BIOMEM_REQUIRE_BROWSER=1 but there is no Chromium at {CHROMIUM}")
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set BIOMEM_CHROMIUM)")
-    pytest.importorskip("playwright.sync_api")
-    return CHROMIUM
 
 
 @pytest.fixture(scope="module")

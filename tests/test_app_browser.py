@@ -31,10 +31,9 @@ from biomem import BioMemory
 from biomem.engine.demo import demo_capture
 from tests.test_app import cached_images, served_app
 
-CHROMIUM = os.environ.get("BIOMEM_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]
+from .conftest import CHROMIUM_ARGS
+
+BROWSER_ARGS = [*CHROMIUM_ARGS, "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 STEP_MS = 60_000  # the longest any UI step may take (load demo, the slowest, takes ~10 s on 2 idle cores)
 # Where a probe box's label or words cover its drop zone, its upload icon or its source bar, or spill out
@@ -85,16 +84,6 @@ def write_y4m(path: Path, rgb: np.ndarray, width: int = 640, height: int = 480, 
         for _ in range(frames):
             out.write(b"FRAME\n" + data)
     return path
-
-
-@pytest.fixture(scope="module")
-def chromium_path() -> str:
-    if not Path(CHROMIUM).is_file():
-        if os.environ.get("BIOMEM_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"BIOMEM_REQUIRE_BROWSER=1 but there is no Chromium at {CHROMIUM}")
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set BIOMEM_CHROMIUM)")
-    pytest.importorskip("playwright.sync_api")
-    return CHROMIUM
 
 
 def settled(page, *buttons: str) -> None:
@@ -152,7 +141,7 @@ def test_a_visitor_loads_the_demo_asks_captures_and_compares(chromium_path, tmp_
         origin = server.url.rstrip("/")
         browser = playwright.chromium.launch(
             executable_path=chromium_path, headless=True,
-            args=[*CHROMIUM_ARGS, f"--use-file-for-fake-video-capture={camera}"])
+            args=[*BROWSER_ARGS, f"--use-file-for-fake-video-capture={camera}"])
         try:
             context = browser.new_context(viewport={"width": 1360, "height": 1000})
             context.grant_permissions(["camera"], origin=origin)
@@ -270,7 +259,7 @@ def test_the_page_holds_what_it_shows_and_the_rough_edges_are_gone(chromium_path
 
     mem = BioMemory(tmp_path / "edges.db", text_model=text_encoder, encoder=face_encoder, disclosure="demo")
     with served_app(mem, tmp_path / "gradio-cache") as server, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(executable_path=chromium_path, headless=True, args=BROWSER_ARGS)
         try:
             page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
             page.set_default_timeout(STEP_MS)

@@ -46,20 +46,12 @@ FACE = "face-arcface-s"
 TRIES = 100
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def limited(make_memory, face_probe):
+def limited(make_memory, face_probe, clock):
     """Ana enrolled; the default attempt limits (20 misses in 10 minutes) on a clock that stands still."""
     mem = make_memory()
     ana = mem.enroll(ANA_LABEL, [face_probe(ANA, 0), face_probe(ANA, 1)])
-    mem.limiter = AttemptLimiter(AttemptLimits(), mem.store, clock=FakeClock())
+    mem.limiter = AttemptLimiter(AttemptLimits(), mem.store, clock=clock)
     return mem, ana
 
 

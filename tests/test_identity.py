@@ -38,9 +38,11 @@ from biomem.errors import (
     UnknownIdentityError,
     UnknownModalityError,
 )
+from biomem.identity.limits import AttemptLimiter
 from biomem.stores.sealing import encode_key, new_key
 from biomem.stores.records import to_blob
 from biomem.stores.sqlite.schema import SCHEMA_VERSION
+from biomem.vocabulary import AttemptLimits
 from modalities.palmsynth import palm_capture
 
 ANA, BEN, CARA, DAN = 0, 1, 2, 3  # people of biomem.identity.samples.face_crops(); CARA and DAN are never enrolled here
@@ -91,14 +93,6 @@ def sha256(path: Path) -> str:
 
 def disclosed(obj) -> str:
     return json.dumps(obj, default=str)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -561,13 +555,9 @@ def test_rekey_reseals_every_template_and_identification_keeps_working(
 
 
 @pytest.fixture
-def limited(pair):
+def limited(pair, clock):
     """The pair's store with 3 misses per 60 s, then 10 s of cool-down, on a fake clock."""
     mem, ana, ben = pair
-    from biomem.identity.limits import AttemptLimiter
-    from biomem.vocabulary import AttemptLimits
-
-    clock = FakeClock()
     mem.limiter = AttemptLimiter(AttemptLimits(misses=3, window=60.0, cooldown=10.0), mem.store, clock=clock)
     return mem, ana, clock
 

@@ -26,22 +26,7 @@ from biomem.vocabulary import AttemptLimits
 from biomem.notes.llm import NO_MEMORY_ANSWER, NOT_MENTIONED, Evolution, OfflineLLM
 from biomem.identity.samples import group_photo_path
 
-from .conftest import BOTH_STORES
-
-ALICE, BOB, STRANGER = 0, 1, 2
-
-
-@pytest.fixture
-def family(make_memory, capture):
-    """Alice and Bob enrolled from two real captures each, with look-alike notes."""
-    mem = make_memory()
-    alice = mem.enroll("alice", [capture(ALICE, 0), capture(ALICE, 1)])
-    bob = mem.enroll("bob", [capture(BOB, 0), capture(BOB, 1)])
-    mem.add("My PIN is 1234", identity=alice.id, timestamp="1:56 pm on 8 May, 2023")
-    mem.add("I adopted a beagle puppy called Rex", identity=alice.id, timestamp="2023-05-09T10:00:00")
-    mem.add("My PIN is 9876", identity=bob.id, timestamp="3:10 pm on 9 May, 2023")
-    mem.add("I am training for the Berlin marathon", identity=bob.id, timestamp="2023-05-10T08:00:00")
-    return mem, alice, bob
+from .conftest import ALICE, BOB, BOTH_STORES, STRANGER
 
 
 def contents(notes):
@@ -553,16 +538,6 @@ def test_a_private_reply_never_scans_every_owner_s_notes(family, capture, monkey
     assert mem.overview()["samples"] is None
 
 
-class Clock:
-    """A wall clock the test moves by hand."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def stored_clients(mem: BioMemory, backend: str) -> list[str]:
     """Every client the store's attempt-limit tables hold."""
     sql = "SELECT client FROM attempts UNION SELECT client FROM cooldowns"
@@ -574,11 +549,10 @@ def stored_clients(mem: BioMemory, backend: str) -> list[str]:
 
 @BOTH_STORES
 def test_attempt_limits_are_shared_by_every_engine_on_the_store_and_outlive_a_restart(
-        family, database, backend, capture, text_encoder, face_encoder):
+        family, database, backend, capture, text_encoder, face_encoder, clock):
     """Two engines on one store stand for two replicas: misses counted by one cool the client down
     in the other, the cool-down doubles and survives a reopen, and only keyed digests are stored."""
     _, alice, _ = family
-    clock = Clock(5000.0)
     limits = AttemptLimits(misses=2, window=60.0, cooldown=30.0)
 
     def engine() -> BioMemory:

@@ -22,21 +22,9 @@ from biomem.errors import (
 )
 from biomem.engine.keys import any_keys, authenticate, create_key, list_keys, revoke_key
 from biomem.stores.sqlite import Store
+from biomem.vocabulary import AttemptLimits
 
-from .conftest import BOTH_STORES
-
-ALICE, BOB, STRANGER = 0, 1, 2
-
-
-@pytest.fixture
-def family(make_memory, capture):
-    """Alice and Bob enrolled from two captures each, with look-alike notes."""
-    mem = make_memory(limits="3/600/60")
-    alice = mem.enroll("alice", [capture(ALICE, 0), capture(ALICE, 1)])
-    bob = mem.enroll("bob", [capture(BOB, 0), capture(BOB, 1)])
-    mem.add("My PIN is 1234", identity=alice.id)
-    mem.add("My PIN is 9876", identity=bob.id)
-    return mem, alice, bob
+from .conftest import ALICE, BOB, BOTH_STORES, STRANGER
 
 
 @BOTH_STORES
@@ -45,7 +33,7 @@ def test_a_session_acts_as_the_probe_s_person_only(family, capture, face_probe):
     bob_note = mem.store.all_notes(bob.id)[0]
     with mem.session(face_probe(ALICE, 3)) as me:
         assert (me.identity, me.label) == (alice.id, "alice")
-        assert [n.content for n, _ in me.search("my PIN").notes] == ["My PIN is 1234"]
+        assert [n.content for n, _ in me.search("my PIN", k=1).notes] == ["My PIN is 1234"]
         assert "1234" in me.ask("What is my PIN?").text
         added = me.add("Locker 42 at the pool")
         assert added.owner == alice.id and me.get(added.id).content == "Locker 42 at the pool"
@@ -89,7 +77,8 @@ def test_changes_in_a_session_need_a_fresh_step_up_probe_of_the_same_person(fami
 
 def test_listing_everything_needs_a_session_opened_at_step_up(family, face_probe):
     mem, alice, _ = family
-    assert [n.content for n in mem.session(face_probe(ALICE, 3)).get_all()] == ["My PIN is 1234"]
+    assert [n.content for n in mem.session(face_probe(ALICE, 3)).get_all()] == [
+        "My PIN is 1234", "I adopted a beagle puppy called Rex"]
     mem.set_threshold(0.999, step_up=True)  # no capture clears this: the session is not "broad"
     narrow = mem.session(face_probe(ALICE, 3))
     with pytest.raises(StepUpRequiredError):
@@ -110,7 +99,7 @@ def test_sessions_expire_and_end_when_their_person_is_forgotten(family, face_pro
     for call in (lambda: alive.search("PIN"), lambda: alive.add("after"), lambda: mem.sessions.get(token)):
         with pytest.raises(SessionExpiredError):
             call()
-    assert mem.store.note_total() == 1  # Bob's note only: nothing was added after the forget
+    assert mem.store.note_total() == 2  # Bob's notes only: nothing was added after the forget
 
 
 def test_a_session_token_works_only_for_the_caller_it_was_bound_to(family, face_probe):
@@ -124,6 +113,7 @@ def test_a_session_token_works_only_for_the_caller_it_was_bound_to(family, face_
 
 def test_opening_sessions_counts_misses_against_the_attempt_limits(family, face_probe):
     mem, _, _ = family
+    mem.limiter.limits = AttemptLimits(misses=3)
     client = ["key:9", "address:203.0.113.5"]
     for _ in range(3):
         with pytest.raises(UnknownIdentityError):
@@ -165,5 +155,5 @@ def test_the_async_face_has_the_same_semantics(family, face_probe):
         return mine, strangers, got
 
     mine, strangers, got = asyncio.run(scenario())
-    assert [n.content for n, _ in mine.notes] == ["My PIN is 1234"] and strangers.notes == []
+    assert {n.owner for n, _ in mine.notes} == {alice.id} and strangers.notes == []
     assert got.owner == alice.id
