@@ -21,6 +21,7 @@ from biomem.errors import (
     UnknownIdentityError,
 )
 from biomem.engine.keys import any_keys, authenticate, create_key, list_keys, revoke_key
+from biomem.engine.sessions import Sessions
 from biomem.stores.sqlite import Store
 from biomem.vocabulary import AttemptLimits
 
@@ -73,6 +74,38 @@ def test_changes_in_a_session_need_a_fresh_step_up_probe_of_the_same_person(fami
     assert me.delete(note.id, probe=face_probe(ALICE, 5)).id == note.id
     with pytest.raises(NoteNotFoundError):
         me.get(note.id)
+
+
+def test_a_change_in_a_session_verifies_its_fresh_probe_once(family, capture, monkeypatch):
+    """One encoding and one attempt-limit check per change: the session's step-up is the only one."""
+    mem, alice, _ = family
+    me = mem.session(capture(ALICE, 3))
+    note = me.add("Temporary note")
+    encoder, limiter = mem.encoder(), mem.limiter
+    encodes, checks = [], []
+    monkeypatch.setattr(encoder, "encode", lambda image, encode=encoder.encode: encodes.append(1) or encode(image))
+    monkeypatch.setattr(limiter, "check", lambda clients, check=limiter.check: checks.append(1) or check(clients))
+    assert me.update(note.id, "Changed note", probe=capture(ALICE, 0)).content == "Changed note"
+    assert (len(encodes), len(checks)) == (1, 1)
+    assert me.delete(note.id, probe=capture(ALICE, 1)).id == note.id
+    assert (len(encodes), len(checks)) == (2, 2)
+    assert me.forget(probe=capture(ALICE, 0)) == alice.id
+    assert (len(encodes), len(checks)) == (3, 3)
+    with pytest.raises(SessionExpiredError):
+        me.search("PIN")  # its person is gone
+
+
+def test_a_session_reads_one_clock_its_registry_s(family, face_probe, clock):
+    mem, _, _ = family
+    mem.sessions = Sessions(clock=clock)
+    me = mem.session(face_probe(ALICE, 3), ttl=60.0)
+    assert me.expires_in == 60.0
+    clock.now += 59.0
+    assert me.expires_in == 1.0 and me.search("PIN").notes
+    clock.now += 1.0
+    assert me.expires_in == 0.0
+    with pytest.raises(SessionExpiredError):
+        me.search("PIN")
 
 
 def test_listing_everything_needs_a_session_opened_at_step_up(family, face_probe):

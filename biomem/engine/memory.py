@@ -254,8 +254,8 @@ class BioMemory(Biometrics):
             raise UnknownIdentityError("the probe matches no enrolled identity")
         broad = self.stepped_up(probes) == gate.identity and \
             set(self.store.modalities(gate.identity)) <= {p.modality for p in probes}
-        return self.sessions.add(Session(self, gate, gate.labels[gate.identity], broad,
-                                         self.sessions.clock() + ttl, bound_to=bound_to, client=client))
+        return self.sessions.open(self, gate, gate.labels[gate.identity], broad, ttl, bound_to=bound_to,
+                                  client=client)
 
     def _linked(self, hits: Sequence[tuple[Note, float]], per_hit: int) -> list[tuple[Note, int]]:
         """Notes the hits link to, up to `per_hit` each, not already shown; read under the hit's owner,
@@ -346,9 +346,12 @@ class BioMemory(Biometrics):
 
     def update(self, note_id: int, text: str, *, probe: Any, client: Clients = None) -> Note:
         """Rewrite one of the requester's notes (step-up probe; analysed and embedded again)."""
-        note_id, text = check_id(note_id), check_note(text)
-        owner = self.verify(probe, "Changing a note", client=client)
-        note = self.agent.rewrite(owner, note_id, text)
+        note_id, text = check_id(note_id), check_note(text)  # bad input costs no probe encoding
+        return self.update_as(self.verify(probe, "Changing a note", client=client), note_id, text)
+
+    def update_as(self, owner: int, note_id: int, text: str) -> Note:
+        """update() for an owner a fresh step-up probe already proved (a requester session's)."""
+        note = self.agent.rewrite(owner, check_id(note_id), check_note(text))
         self.llm.drop_owner(owner)
         return note
 
@@ -360,8 +363,13 @@ class BioMemory(Biometrics):
         `keep_history=True`, and from the write-ahead log before this returns (waiting up to
         `timeout` s for other connections' readers, as forget does).
         """
+        note_id = check_id(note_id)  # a bad id costs no probe encoding
+        return self.delete_as(self.verify(probe, "Deleting a note", client=client), note_id,
+                              keep_history=keep_history, timeout=timeout)
+
+    def delete_as(self, owner: int, note_id: int, *, keep_history: bool = False, timeout: float = 10.0) -> Note:
+        """delete() for an owner a fresh step-up probe already proved (a requester session's)."""
         note_id = check_id(note_id)
-        owner = self.verify(probe, "Deleting a note", client=client)
         note, generation = self.store.delete_note(owner, note_id, keep_history=keep_history)
         self.partitions.deleted(owner, note_id, generation)
         self.llm.drop_owner(owner)

@@ -5,11 +5,13 @@
         me.search("my PIN?"); me.ask("What is my PIN?"); me.add("Locker 42"); me.get(7)
         me.get_all()                          # only if the opening probe also cleared step-up τ
         me.delete(7, probe=fresh)             # destructive: a fresh step-up probe of the same person
+        me.forget(probe=fresh)                # as is erasing the person
 
 A session expires after `ttl` seconds (default 120), ends when closed, and ends at once when
 its person is forgotten (in this process; another process's forget ends it on the next call,
 when the identity is gone). Ids are never reused (AUTOINCREMENT), so a stale session can never
-act as a later person. Its token is 32 random bytes, for services that hand it to a client.
+act as a later person. Its token is 32 random bytes, for services that hand it to a client. Expiry
+is read from one clock, the registry's (Sessions(clock=...), time.monotonic by default).
 """
 
 from __future__ import annotations
@@ -36,15 +38,15 @@ class Engine(Protocol):
     """What a session asks of its BioMemory (biomem.engine.memory), which opens it."""
 
     store: MemoryStore
-    sessions: Sessions
 
     def search_as(self, gate: GateResult, query: Any, *, k: int | None = None, links: int = 0) -> SearchResult: ...
     def ask_as(self, gate: GateResult, question: str, *, k: int | None = None, links: int = 0,
                temporal: bool = False, query: str | None = None) -> Answer: ...
     def add(self, text: str, *, identity: int | None = None, timestamp: Any = None, infer: bool = True) -> Note: ...
     def verify(self, probe: Any, action: str = "this action", *, client: Clients = None) -> int: ...
-    def update(self, note_id: int, text: str, *, probe: Any, client: Clients = None) -> Note: ...
-    def delete(self, note_id: int, *, probe: Any, client: Clients = None, keep_history: bool = False) -> Note: ...
+    def update_as(self, owner: int, note_id: int, text: str) -> Note: ...
+    def delete_as(self, owner: int, note_id: int, *, keep_history: bool = False) -> Note: ...
+    def forget(self, *, identity: int | None = None) -> int: ...
 
 
 @dataclass(eq=False)
@@ -52,10 +54,11 @@ class Session:
     """One requester, admitted once by the gate; every call acts as `identity`."""
 
     mem: Engine
+    sessions: Sessions  # the registry it is in, whose clock it reads
     gate: GateResult
     label: str
     broad: bool  # the opening probe also cleared the step-up τ of every enrolled modality
-    expires: float  # time.monotonic() deadline
+    expires: float  # deadline on the registry's clock
     token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     bound_to: str | None = None  # e.g. the API key that opened it; checked by the service
     client: Any = None
@@ -67,11 +70,11 @@ class Session:
 
     @property
     def expires_in(self) -> float:
-        return max(0.0, self.expires - time.monotonic())
+        return max(0.0, self.expires - self.sessions.clock())
 
     def _owner(self) -> int:
         """The owner, if this session is still good; SessionExpiredError otherwise."""
-        if self.closed or time.monotonic() >= self.expires:
+        if self.closed or self.sessions.clock() >= self.expires:
             raise SessionExpiredError("this session has ended: show a probe again")
         try:
             self.mem.store.identity(self.identity)
@@ -83,7 +86,7 @@ class Session:
     def close(self) -> None:
         """End the session (also on leaving a `with` block)."""
         self.closed = True
-        self.mem.sessions.discard(self)
+        self.sessions.discard(self)
 
     def __enter__(self) -> Session:
         return self
@@ -121,18 +124,22 @@ class Session:
 
     # ---- changes: a fresh step-up probe of the same person, every time ----------------------
 
-    def _fresh(self, probe: Any, action: str) -> Any:
+    def _fresh(self, probe: Any, action: str) -> int:
+        """The owner, once `probe` proved them by step-up (verified once: one encoding, one limiter check)."""
         owner = self._owner()
         if self.mem.verify(probe, action, client=self.client) != owner:
             raise StepUpRequiredError(f"{action} needs a fresh probe of this session's person: nothing was changed")
-        return probe
+        return owner
 
     def update(self, note_id: int, text: str, *, probe: Any) -> Note:
-        return self.mem.update(note_id, text, probe=self._fresh(probe, "Changing a note"), client=self.client)
+        return self.mem.update_as(self._fresh(probe, "Changing a note"), note_id, text)
 
     def delete(self, note_id: int, *, probe: Any, keep_history: bool = False) -> Note:
-        return self.mem.delete(note_id, probe=self._fresh(probe, "Deleting a note"), client=self.client,
-                               keep_history=keep_history)
+        return self.mem.delete_as(self._fresh(probe, "Deleting a note"), note_id, keep_history=keep_history)
+
+    def forget(self, *, probe: Any) -> int:
+        """Erase this session's person (see BioMemory.forget); the session ends with them."""
+        return self.mem.forget(identity=self._fresh(probe, "Forgetting you"))
 
 
 class Sessions:
@@ -143,13 +150,16 @@ class Sessions:
         self._lock = threading.Lock()
         self.clock = clock
 
-    def add(self, session: Session) -> Session:
+    def open(self, mem: Engine, gate: GateResult, label: str, broad: bool, ttl: float, *,
+             bound_to: str | None = None, client: Any = None) -> Session:
+        """A new session of `gate`'s person for `ttl` seconds; ended and expired ones are dropped first."""
         with self._lock:
             now = self.clock()
             for token in [t for t, s in self._by_token.items() if s.closed or s.expires <= now]:
                 del self._by_token[token]
             while len(self._by_token) >= MAX_SESSIONS:
                 self._by_token.pop(next(iter(self._by_token))).closed = True
+            session = Session(mem, self, gate, label, broad, now + ttl, bound_to=bound_to, client=client)
             self._by_token[session.token] = session
         return session
 
