@@ -108,6 +108,17 @@ async def requester(request: Request, who: Caller, body: Body) -> Session | None
     return session
 
 
+async def as_requester(request: Request, who: Caller, session: Session | None, action: str, *args: Any,
+                       probe: Any, step_up: bool = False, **kwargs: Any) -> Any:
+    """BioMemory's `action` (search, ask, update, delete, forget) for the requester: as the session's person
+    when there is a session (a change still with its fresh step-up probe), else as whoever `probe` shows,
+    with the caller's attempt-limit keys."""
+    mem, amem = engine(request)
+    if session is None:
+        return await amem.run(getattr(mem, action), *args, probe=probe, client=who.clients, **kwargs)
+    return await amem.run(getattr(session, action), *args, **({"probe": probe} if step_up else {}), **kwargs)
+
+
 def fresh_probe(body: Body, action: str) -> Any:
     """Changes need a fresh step-up probe in the body, session or not."""
     if body.probe is None:
@@ -170,24 +181,13 @@ async def enrol(request: Request, who: Caller = Depends(caller)) -> dict[str, An
             "templates": len(body.images)}
 
 
-def _forget_me(mem: BioMemory, probe: Any, session: Session | None, clients: list[str]) -> int:
-    """Forget whoever the fresh probe proves; with a session, only if that is the session's person."""
-    if session is not None:
-        mem.limiter.check(clients)
-        probe = mem.probes(probe)  # encoded once, for both checks
-        if mem.verify(probe, "Forgetting you", client=clients) != session.identity:
-            raise StepUpRequiredError("Forgetting you needs a fresh probe of this session's person: nothing was erased")
-    return mem.forget(probe=probe, client=clients)
-
-
 @router.delete("/identities/me", response_model=ForgetReply, openapi_extra=body_doc(StepUpBody),
                summary="Forget me: notes, links, history, templates (fresh step-up probe)")
 async def forget_me(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
     """Erase the person a fresh step-up probe proves (and, with a session, only the session's person)."""
-    mem, amem = engine(request)
-    body = await parse(request, StepUpBody, who, mem)
-    session = await session_of(request, who)
-    erased = await amem.run(_forget_me, mem, fresh_probe(body, "Forgetting you"), session, who.clients)
+    body = await parse(request, StepUpBody, who, engine(request)[0])
+    probe, session = fresh_probe(body, "Forgetting you"), await session_of(request, who)
+    erased = await as_requester(request, who, session, "forget", probe=probe, step_up=True)
     return {"id": erased, "forgotten": True}
 
 
@@ -277,13 +277,9 @@ async def history(request: Request, note_id: int = NoteId, who: Caller = Depends
             summary="Rewrite a note (fresh step-up probe)")
 async def update(request: Request, note_id: int = NoteId, who: Caller = Depends(caller)) -> dict[str, Any]:
     """Rewrite one of the requester's notes (analysed and embedded again)."""
-    mem, amem = engine(request)
-    body = await parse(request, UpdateBody, who, mem)
+    body = await parse(request, UpdateBody, who, engine(request)[0])
     probe, session = fresh_probe(body, "Changing a note"), await session_of(request, who)
-    if session is not None:
-        note = await amem.run(session.update, note_id, body.fields.text, probe=probe)
-    else:
-        note = await amem.update(note_id, body.fields.text, probe=probe, client=who.clients)
+    note = await as_requester(request, who, session, "update", note_id, body.fields.text, probe=probe, step_up=True)
     return item(note, "UPDATE")
 
 
@@ -291,14 +287,10 @@ async def update(request: Request, note_id: int = NoteId, who: Caller = Depends(
                summary="Delete a note, its text erased from history too (fresh step-up probe)")
 async def delete(request: Request, note_id: int = NoteId, who: Caller = Depends(caller)) -> dict[str, Any]:
     """Delete one of the requester's notes; its text goes from the history too unless keep_history."""
-    mem, amem = engine(request)
-    body = await parse(request, StepUpBody, who, mem)
+    body = await parse(request, StepUpBody, who, engine(request)[0])
     probe, session = fresh_probe(body, "Deleting a note"), await session_of(request, who)
-    keep = body.fields.keep_history
-    if session is not None:
-        note = await amem.run(session.delete, note_id, probe=probe, keep_history=keep)
-    else:
-        note = await amem.delete(note_id, probe=probe, client=who.clients, keep_history=keep)
+    note = await as_requester(request, who, session, "delete", note_id, probe=probe, step_up=True,
+                              keep_history=body.fields.keep_history)
     return item(note, "DELETE")
 
 
@@ -308,13 +300,10 @@ async def delete(request: Request, note_id: int = NoteId, who: Caller = Depends(
              summary="Gated search: only the requester's notes can come back")
 async def search(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
     """The requester's notes closest to `query`; a stranger gets empty results and no memory."""
-    mem, amem = engine(request)
-    body = await parse(request, SearchBody, who, mem)
+    body = await parse(request, SearchBody, who, engine(request)[0])
     fields, session = body.fields, await requester(request, who, body)
-    if session is not None:
-        result = await amem.run(session.search, fields.query, k=fields.k, links=fields.links)
-    else:
-        result = await amem.search(fields.query, probe=body.probe, k=fields.k, links=fields.links, client=who.clients)
+    result = await as_requester(request, who, session, "search", fields.query, probe=body.probe, k=fields.k,
+                                links=fields.links)
     return result.as_dict()
 
 
@@ -322,13 +311,10 @@ async def search(request: Request, who: Caller = Depends(caller)) -> dict[str, A
              summary="Answer from the requester's own notes only (a stranger's LLM sees none)")
 async def ask(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
     """An answer from the requester's own notes only; a stranger's LLM gets no memory context."""
-    mem, amem = engine(request)
-    body = await parse(request, AskBody, who, mem)
+    body = await parse(request, AskBody, who, engine(request)[0])
     fields, session = body.fields, await requester(request, who, body)
-    if session is not None:
-        answer = await amem.run(session.ask, fields.question, k=fields.k, links=fields.links)
-    else:
-        answer = await amem.ask(fields.question, probe=body.probe, k=fields.k, links=fields.links, client=who.clients)
+    answer = await as_requester(request, who, session, "ask", fields.question, probe=body.probe, k=fields.k,
+                                links=fields.links)
     return answer.as_dict()
 
 
