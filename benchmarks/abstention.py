@@ -27,14 +27,14 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
+from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 
 from biomem.engine.demo import DEMO_PEOPLE  # noqa: E402
 from biomem.eval.locomo import load_locomo  # noqa: E402
 from biomem.eval.metrics import ADVERSARIAL, TEMPORAL, amem_f1  # noqa: E402
 from biomem.notes.llm import ABSTAIN_BELOW, OfflineLLM, spoken_date  # noqa: E402
-from biomem.stores.records import Note  # noqa: E402
 from biomem.notes.textenc import TextEncoder  # noqa: E402
-from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
+from biomem.stores.records import Note  # noqa: E402
 
 THRESHOLDS = [round(float(t), 2) for t in np.arange(0.15, 0.61, 0.05)]
 DEMO_QUESTIONS = [("What is my bank card PIN?", True), ("Am I allergic to anything?", True),

@@ -45,6 +45,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("XDG_CONFIG_HOME", tempfile.mkdtemp(prefix="biomem-bench-config-"))  # throw-away key
 
 import numpy as np  # noqa: E402
+from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 from PIL import Image  # noqa: E402
 
 import modalities  # noqa: E402
@@ -54,7 +55,6 @@ from biomem.errors import MultipleFacesError, NoFaceError  # noqa: E402
 from biomem.notes.llamacpp import model_name, serve_gguf  # noqa: E402
 from biomem.notes.llm import LLM, OfflineLLM, OpenAIChat, smollm2_gguf  # noqa: E402
 from biomem.notes.textenc import TextEncoder  # noqa: E402
-from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 from modalities import arcface  # noqa: E402
 
 QUESTIONS = ["What is my bank card PIN?", "When is my next appointment?", "What am I learning?",
@@ -95,7 +95,7 @@ def run(row: str, encoder_name: str, text: TextEncoder, llm: str | LLM, asks: in
             mem.llm.cache_size = 0
         question = QUESTIONS[0]
         mem.ask(question, probe=jpeg(demo_capture(0, 9)))  # warm-up: partitions loaded, caches filled
-        for n, (person, image, other) in enumerate(captures(asks)):
+        for n, (_person, image, other) in enumerate(captures(asks)):
             question = QUESTIONS[n % len(QUESTIONS)]
             try:
                 vector, t_probe = timed(lambda: loaded.encode(image))
@@ -116,7 +116,8 @@ def run(row: str, encoder_name: str, text: TextEncoder, llm: str | LLM, asks: in
                 times[stage].append(ms)
     return {"row": row, "encoder": encoder_name, "llm": mem.llm.name, "load_ms": load_ms, "asks": asks,
             "timed": len(times["end_to_end"]), "refused_captures": refused, "admitted": admitted,
-            **{f"{stage}_ms": {"p50": float(np.median(v)), "p95": float(np.percentile(v, 95)), "mean": float(np.mean(v))}
+            **{f"{stage}_ms": {"p50": float(np.median(v)), "p95": float(np.percentile(v, 95)),
+                               "mean": float(np.mean(v))}
                for stage, v in times.items() if v}}
 
 

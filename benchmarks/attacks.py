@@ -71,6 +71,7 @@ sys.path.insert(0, str(ROOT))  # app.py lives at the top of the checkout
 import numpy as np  # noqa: E402
 from gradio_client import Client, handle_file  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
+from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 from PIL import Image  # noqa: E402
 
 import app  # noqa: E402
@@ -78,10 +79,9 @@ import modalities  # noqa: E402
 from biomem import BioMemory  # noqa: E402
 from biomem.engine.demo import DEMO_PEOPLE, STRANGER, build_demo  # noqa: E402
 from biomem.errors import BioMemError  # noqa: E402
-from biomem.vocabulary import AttemptLimits  # noqa: E402
 from biomem.identity.samples import face_crops  # noqa: E402
 from biomem.notes.textenc import TextEncoder  # noqa: E402
-from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
+from biomem.vocabulary import AttemptLimits  # noqa: E402
 
 TARGET = "Ana"
 QUESTION = "What is my bank card PIN?"
@@ -319,7 +319,8 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     args_record = {**vars(args), "settings": chosen}
     out.write_text(json.dumps({"machine": machine, "args": args_record, "target": TARGET, "question": QUESTION,
-                               "encoder": args.encoder, "start_image": f"biomem.identity.samples.face_crops()[{STRANGER}]",
+                               "encoder": args.encoder,
+                               "start_image": f"biomem.identity.samples.face_crops()[{STRANGER}]",
                                "trace_every": TRACE_EVERY, "total_wall_s": total, "rows": rows},
                               indent=2, default=float))
     print(f"\nwrote {out} ({total:.0f} s in all)")

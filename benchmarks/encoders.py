@@ -21,12 +21,12 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
+from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 
 import modalities  # noqa: E402
-from biomem.identity.calibrate import calibrate_scores  # noqa: E402
 from biomem.errors import BioMemError, InvalidInputError, ModelUnavailableError  # noqa: E402
+from biomem.identity.calibrate import calibrate_scores  # noqa: E402
 from biomem.identity.samples import augment, calibration_faces  # noqa: E402
-from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 from modalities.palmsynth import palm_capture  # noqa: E402
 
 

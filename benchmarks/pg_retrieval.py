@@ -166,7 +166,8 @@ def bulk_load(url: str, data: Any, *, dim: int, modality: str) -> dict[str, Any]
             "identities_s": t_identities - t0, "copy_s": t_copy - t_identities,
             "hnsw_index_s": t_index - t_copy, "vacuum_analyze_s": t_analyze - t_index,
             "build_s": t_analyze - t0, "build_without_index_s": (t_copy - t0) + (t_analyze - t_index),
-            "hnsw_index_mb": index_mb, "notes_total_mb": table_mb, "pgvector": pgvector, "index_build_settings": settings, "index_build_notices": notices}
+            "hnsw_index_mb": index_mb, "notes_total_mb": table_mb, "pgvector": pgvector,
+            "index_build_settings": settings, "index_build_notices": notices}
 
 
 # ---- two engine processes on one database ------------------------------------------------------
@@ -176,9 +177,10 @@ def _worker(name: str, url: str, text_model: str, hnsw_threshold: int, owners: l
     """One engine process. Phase 'quiet': the first process searches alone. Phases 'a' and 'b': one
     process searches until the other has made `adds` adds through BioMemory.add, then they swap.
     Finally each process reads back every note the other added (by id and through search)."""
+    from retrieval import noisy_copy, unit_rows  # benchmarks/ is on the spawned child's sys.path
+
     from biomem import BioMemory, Probe
     from biomem.notes.textenc import TextEncoder
-    from retrieval import noisy_copy, unit_rows  # benchmarks/ is on the spawned child's sys.path
 
     rng = np.random.default_rng(seed)
     mem = BioMemory(url, text_model=TextEncoder(text_model), llm="offline", hnsw_threshold=hnsw_threshold)

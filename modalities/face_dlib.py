@@ -16,9 +16,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from .errors import ModelUnavailableError, MultipleFacesError, NoFaceError
-
 from .base import Availability, Encoder, EncoderInfo, l2_normalise
+from .errors import ModelUnavailableError, MultipleFacesError, NoFaceError
 from .images import load_image
 
 SHAPE_PREDICTOR_FILE = "shape_predictor_5_face_landmarks.dat"

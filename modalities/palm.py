@@ -13,7 +13,6 @@ import numpy as np
 from PIL import Image
 
 from .errors import NoPalmError
-
 from .images import load_image
 
 ROI_SIZE = 128

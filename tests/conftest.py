@@ -19,8 +19,8 @@ import pytest  # noqa: E402
 
 import modalities  # noqa: E402
 from biomem import BioMemory, Probe  # noqa: E402
-from biomem.notes.textenc import TextEncoder  # noqa: E402
 from biomem.identity.samples import augment, face_crops  # noqa: E402
+from biomem.notes.textenc import TextEncoder  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Union
+from typing import Any
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -38,7 +38,7 @@ class Raw:
     content_type: str = "application/json"
 
 
-Reply = Union[str, Raw, Callable[[dict[str, Any]], Union[str, Raw]]]
+Reply = str | Raw | Callable[[dict[str, Any]], str | Raw]
 
 
 def completion(content: str, model: str = "test-model", number: int = 0) -> dict[str, Any]:

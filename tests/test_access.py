@@ -17,8 +17,7 @@ from biomem import BioMemory
 from biomem.engine import access
 from biomem.engine.demo import build_demo
 from biomem.engine.keys import create_key
-from biomem.server import create_app, served
-from biomem.server import rest
+from biomem.server import create_app, rest, served
 from biomem.server.mcp import register_tools
 from biomem.settings import Settings
 from tests.test_app import served_app
@@ -75,7 +74,8 @@ def test_every_route_opens_only_for_its_role(keyed):
     before = mem.store.counts()
     for door, route in rest_doors().items():
         method = next(iter(route.methods - {"HEAD"})) if len(route.methods - {"HEAD"}) == 1 else "POST"
-        path = "/v1" + route.path.replace("{identity_id}", "999").replace("{note_id}", "1").replace("{path:path}", "nowhere")
+        path = "/v1" + route.path.replace("{identity_id}", "999").replace("{note_id}", "1")
+        path = path.replace("{path:path}", "nowhere")
         for role, headers in (("public", {}), *((r, {"Authorization": f"Bearer {k}"}) for r, k in keys.items())):
             reply = http.request(method, path, headers=headers)
             refused = reply.json().get("error", {}).get("type") if reply.status_code >= 400 else None

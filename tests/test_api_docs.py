@@ -10,10 +10,8 @@ operations, one opens with its "Try it out" button, and no request left 127.0.0.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlparse
 
 import httpx

@@ -26,10 +26,10 @@ from PIL import Image
 
 import app
 from biomem import BioMemory
-from biomem.identity.calibrate import SAMPLE_PALMS
 from biomem.engine.demo import DEMO_PEOPLE, demo_capture
-from biomem.notes.llm import OfflineLLM, OpenAIChat
+from biomem.identity.calibrate import SAMPLE_PALMS
 from biomem.identity.samples import group_photo_path
+from biomem.notes.llm import OfflineLLM, OpenAIChat
 from biomem.ui import Controller, render, uploads
 from biomem.ui.messages import friendly
 from modalities.palmsynth import palm_capture

@@ -14,9 +14,9 @@ from PIL import Image
 
 import modalities
 from biomem import BioMemory
-from biomem.identity.calibrate import calibrate_folder
-from biomem.errors import MultipleFacesError, NoFaceError
 from biomem.engine.memory import DEFAULT_ENCODER
+from biomem.errors import MultipleFacesError, NoFaceError
+from biomem.identity.calibrate import calibrate_folder
 from biomem.identity.samples import augment, calibration_faces, group_photo_path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -94,7 +94,8 @@ def test_arcface_is_ready_from_a_hub_cache_found_through_hf_hub_cache_or_hf_home
     ready = modalities.availability("face-arcface")
     assert ready.ready and "buffalo_l" in ready.reason
     assert ready.source == "hf-hub:public-data/insightface/models/buffalo_l"
-    expected = nothing_placed / "hub" / "models--public-data--insightface" / "snapshots" / COMMIT / "models" / "buffalo_l"
+    expected = nothing_placed / "hub" / "models--public-data--insightface" / "snapshots" / COMMIT
+    expected = expected / "models" / "buffalo_l"
     assert str(expected) in ready.reason
     assert weights.resolve(ready.source, "w600k_r50.onnx") == expected / "w600k_r50.onnx"  # create() finds the same
     monkeypatch.delenv("HF_HUB_CACHE")

@@ -13,17 +13,17 @@ import unicodedata
 import pytest
 from fastapi.testclient import TestClient
 
-from biomem.identity.disclosure import note_view
-from biomem.identity.enrolment import HIDDEN_CATEGORIES, MAX_LABEL_CHARS
-from biomem.errors import InvalidInputError, TextTooLongError
 from biomem.engine.keys import create_key
-from biomem.notes.llm import answer_prompt, fit_notes
 from biomem.engine.memory import MAX_NOTE_CHARS, MAX_QUESTION_CHARS
 from biomem.engine.messages import readable
-from biomem.stores.records import Note
+from biomem.errors import InvalidInputError, TextTooLongError
+from biomem.identity.disclosure import note_view
+from biomem.identity.enrolment import HIDDEN_CATEGORIES, MAX_LABEL_CHARS
+from biomem.notes.llm import answer_prompt, fit_notes
 from biomem.server import create_app
 from biomem.server.models import AnswerReply
 from biomem.settings import DEFAULT_PROMPT_TOKENS, Settings
+from biomem.stores.records import Note
 from biomem.ui import render
 from biomem.ui.controller import Controller
 
@@ -71,11 +71,13 @@ def test_a_note_past_the_maximum_is_refused_everywhere_and_writes_nothing(owner,
     for refuse in refusals:
         with pytest.raises(TextTooLongError) as refused:
             refuse()
-        assert readable(refused.value) == ("Too long", f"A memory has at most {MAX_NOTE_CHARS:,} characters and "
-                                                       f"this one has {MAX_NOTE_CHARS + 1:,}: split it into several memories")
+        assert readable(refused.value) == (
+            "Too long", f"A memory has at most {MAX_NOTE_CHARS:,} characters and this one has "
+                        f"{MAX_NOTE_CHARS + 1:,}: split it into several memories")
     assert mem.store.counts() == before and mem.get(longest.id, probe=face_probe(ANA, 2)).content == longest.content
     question = text(MAX_QUESTION_CHARS + 1)
-    for ask in (lambda: mem.ask(question, probe=face_probe(ANA, 2)), lambda: mem.search(question, probe=face_probe(ANA, 2))):
+    for ask in (lambda: mem.ask(question, probe=face_probe(ANA, 2)),
+                lambda: mem.search(question, probe=face_probe(ANA, 2))):
         with pytest.raises(TextTooLongError, match="a question or query has at most 1,000 characters"):
             ask()
     assert mem.ask(text(MAX_QUESTION_CHARS), probe=face_probe(ANA, 2)).notes  # the longest question is taken
@@ -176,7 +178,8 @@ def test_hidden_characters_are_written_out_wherever_the_page_shows_text():
     assert render.visible("\u202eevil") == "⟨U+202E⟩evil"
     assert render.visible("שלום, Ana\nline two\ttab") == "שלום, Ana\nline two\ttab"  # real text is left alone
     for liar in LIARS:
-        notes = [{"score": 0.9, "timestamp": "", "content": liar}, {"score": 0.5, "timestamp": "", "content": liar * 300}]
+        notes = [{"score": 0.9, "timestamp": "", "content": liar},
+                 {"score": 0.5, "timestamp": "", "content": liar * 300}]
         gate = {"matched": True, "label": liar, "threshold": 0.43, "modality": "face-arcface-s", "policy": "best",
                 "admitted": [{"identity": 1, "label": liar, "score": 0.9}],
                 "scores": [{"identity": 1, "label": liar, "score": 0.9, "admitted": True}]}

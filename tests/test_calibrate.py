@@ -11,9 +11,9 @@ from scipy.stats import norm
 
 import modalities
 from biomem import BioMemory
+from biomem.errors import InvalidInputError, NoFaceError
 from biomem.identity.calibrate import CalibrationReport, calibrate_folder, calibrate_scores, save
 from biomem.identity.calibration_plot import det_curve, plot
-from biomem.errors import InvalidInputError, NoFaceError
 from modalities.images import load_image
 
 # Genuine ~ N(0.75, 0.05), impostor ~ N(0.45, 0.10): analytic EER at (μg σi + μi σg)/(σg + σi) = 0.65.

@@ -13,6 +13,7 @@ from PIL import Image
 from biomem import BioMemory, Probe
 from biomem.client import BioMemoryClient, RemoteAnswer, ServiceError, raise_for_error
 from biomem.engine.demo import build_demo, demo_capture, usable_capture
+from biomem.engine.keys import create_key
 from biomem.errors import (
     AuthenticationError,
     InvalidImageError,
@@ -25,7 +26,6 @@ from biomem.errors import (
     TooManyAttemptsError,
     UnknownIdentityError,
 )
-from biomem.engine.keys import create_key
 from biomem.identity.samples import group_photo_path
 from biomem.server import create_app, served
 

@@ -20,7 +20,8 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from biomem.identity.enrolment import FACE_TAKEN_MISSES
+from biomem.engine.keys import create_key
+from biomem.engine.messages import readable
 from biomem.errors import (
     AlreadyEnrolledError,
     BioMemError,
@@ -29,14 +30,13 @@ from biomem.errors import (
     InconsistentSamplesError,
     TooManyAttemptsError,
 )
-from biomem.engine.keys import create_key
+from biomem.identity.enrolment import FACE_TAKEN_MISSES
 from biomem.identity.limits import AttemptLimiter
-from biomem.vocabulary import AttemptLimits
-from biomem.engine.messages import readable
 from biomem.server import create_app
 from biomem.settings import Settings
 from biomem.ui.controller import Controller
 from biomem.ui.messages import friendly
+from biomem.vocabulary import AttemptLimits
 
 from .conftest import BOTH_STORES
 

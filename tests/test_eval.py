@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from biomem.errors import InvalidInputError
 from biomem.cli import main
+from biomem.errors import InvalidInputError
 from biomem.eval import add_locomo_arguments
 from biomem.eval import locomo as lc
 from biomem.eval.biosources import load_source, non_owner
-from biomem.eval.protocols import NOT_MENTIONED_OPTION, AMemProtocol, Asker, PaperProtocol
 from biomem.eval.metrics import (
     amem_bleu1,
     amem_f1,
@@ -22,6 +21,7 @@ from biomem.eval.metrics import (
     locomo_f1,
     normalize_answer,
 )
+from biomem.eval.protocols import NOT_MENTIONED_OPTION, AMemProtocol, Asker, PaperProtocol
 from biomem.notes.llm import OfflineLLM
 from biomem.stores.records import Note
 from biomem.stores.sqlite import Store
@@ -282,7 +282,8 @@ def test_reduced_amem_protocol_end_to_end(tmp_path, text_encoder):
                                                                              "micro over questions")
     assert config["links"] == "up to 10 linked notes per hit" and "keywords" in config["query"]
     owner = [r for r in records if r["mode"] == "gated" and r["role"] == "owner"]
-    assert summary["gated"]["owner"]["average"]["f1"] == pytest.approx(100 * np.mean([r["scores"]["f1"] for r in owner]))
+    mean_f1 = 100 * np.mean([r["scores"]["f1"] for r in owner])
+    assert summary["gated"]["owner"]["average"]["f1"] == pytest.approx(mean_f1)
     assert summary["gated"]["owner"]["recall_linked"] >= summary["gated"]["owner"]["recall"]
     assert any(r["linked"] for r in owner)  # A-Mem's links were followed
     assert summary["gated"]["owner"]["context_notes"] > 10  # 10 hits and their linked notes

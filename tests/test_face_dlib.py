@@ -21,9 +21,9 @@ from biomem.errors import (
     MultipleFacesError,
     NoFaceError,
 )
+from biomem.identity.samples import CROP_SIZE, augment, face_crops, group_photo_path
 from modalities.face_dlib import DESCRIPTOR_FILE, DlibFaceEncoder
 from modalities.images import load_image
-from biomem.identity.samples import CROP_SIZE, augment, face_crops, group_photo_path
 
 SEEDS = range(6)
 TAU = DlibFaceEncoder.info.default_threshold

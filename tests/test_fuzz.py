@@ -33,8 +33,8 @@ from PIL import Image
 
 from biomem import BioMemory, Probe
 from biomem.engine.demo import build_demo, demo_capture
-from biomem.errors import UnknownIdentityError
 from biomem.engine.keys import create_key
+from biomem.errors import UnknownIdentityError
 from biomem.server import create_app, served
 from biomem.settings import Settings
 from biomem.stores.base import TABLES

@@ -39,8 +39,8 @@ from biomem.errors import (
     UnknownModalityError,
 )
 from biomem.identity.limits import AttemptLimiter
-from biomem.stores.sealing import encode_key, new_key
 from biomem.stores.records import to_blob
+from biomem.stores.sealing import encode_key, new_key
 from biomem.stores.sqlite.schema import SCHEMA_VERSION
 from biomem.vocabulary import AttemptLimits
 from modalities.palmsynth import palm_capture

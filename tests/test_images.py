@@ -28,6 +28,7 @@ import pytest
 from PIL import Image, ImageFile
 
 from biomem import BioMemory
+from biomem.engine.keys import create_key
 from biomem.errors import (
     CorruptImageError,
     ImageBombError,
@@ -36,7 +37,6 @@ from biomem.errors import (
     InvalidImageError,
     UnsupportedImageFormatError,
 )
-from biomem.engine.keys import create_key
 from biomem.server import create_app, served
 from biomem.server.probes import MAX_BODY
 from biomem.settings import Settings

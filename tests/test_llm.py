@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from biomem import BioMemory, InvalidInputError, LLMError, Probe
-from biomem.notes.agent import embedding_text
-from biomem.notes import llamacpp
 from biomem.errors import ModelUnavailableError
+from biomem.notes import llamacpp
+from biomem.notes.agent import embedding_text
 from biomem.notes.llm import (
     ANALYZE_PROMPT,
     ANSWER_SCHEMA,
@@ -37,8 +37,8 @@ from biomem.notes.llm import (
     parse_json_reply,
     smollm2_gguf,
 )
-from biomem.stores.records import Note
 from biomem.notes.textenc import TextEncoder
+from biomem.stores.records import Note
 from tests.llm_fakes import Raw, ScriptedChatServer, closed_port, completion
 
 MODEL = "test-model"
@@ -662,7 +662,8 @@ def test_the_sentence_cache_is_per_owner_bounded_droppable_and_holds_no_text(tex
     embedded = counting_encodes(text, monkeypatch)
     theirs = [Note(id=n.id + 10, owner=2, content=n.content, timestamp=n.timestamp) for n in LOCKER_NOTES]
     llm.answer("What is my locker code?", theirs)
-    assert embedded[1:] == [s for n in LOCKER_NOTES for s in re.split(r"(?<=[.!?])\s+", n.content)]  # no cross-owner hit
+    # no cross-owner hit
+    assert embedded[1:] == [s for n in LOCKER_NOTES for s in re.split(r"(?<=[.!?])\s+", n.content)]
     assert llm.cached_owners() == {1, 2} and len(llm._sentences) == 6  # least recently used out
     assert all(b"7319" not in key[1] and isinstance(key[1], bytes) for key in llm._sentences)
     llm.drop_owner(2)

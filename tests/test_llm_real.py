@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 from biomem import BioMemory
-from biomem.notes.llm import CONTEXT_PLACEHOLDER, NO_CONTEXT_PROMPT, LLM, HFChat, OfflineLLM, OpenAIChat, make_llm
+from biomem.notes.llm import CONTEXT_PLACEHOLDER, LLM, NO_CONTEXT_PROMPT, HFChat, OfflineLLM, OpenAIChat, make_llm
 from biomem.stores.records import Note
 from tests.llm_server import llama_server, smollm2_or_skip
 

@@ -113,11 +113,13 @@ def test_tools_are_listed_with_descriptions_and_the_probe_schema(demo):
         schema = tool.input_schema
         assert schema["properties"]["probe"]["$ref"] == "#/$defs/ImageProbe"
         image = schema["$defs"]["ImageProbe"]
-        assert set(image["required"]) == {"data", "mime_type"} and "base64" in image["properties"]["data"]["description"]
+        assert set(image["required"]) == {"data", "mime_type"}
+        assert "base64" in image["properties"]["data"]["description"]
         assert tool.output_schema["type"] == "object"
     assert "empty list" in tools["recall"].description
     assert "fresh, clear" in tools["forget_note"].description and tools["forget_note"].annotations.destructive_hint
-    assert tools["recall"].annotations.read_only_hint and tools["recall"].input_schema["properties"]["k"]["default"] == 10
+    assert tools["recall"].annotations.read_only_hint
+    assert tools["recall"].input_schema["properties"]["k"]["default"] == 10
     assert tools["remember"].input_schema["required"] == ["text", "probe"]
     assert httpx2.get(url).status_code == 405  # stateless: no SSE stream to hold open
 
@@ -260,7 +262,8 @@ def test_a_palm_of_someone_else_or_of_an_unknown_kind_deletes_nothing(with_palms
     note_id = remembered.structured_content["results"][0]["id"]
     before = mem.store.note_total()
     results = calls(
-        url, ("forget_note", {"note_id": note_id, "probe": probe(BEN, 0), "also": [palm_probe(DEMO_PALM_SEEDS["Ana"], 0)]}),
+        url,
+        ("forget_note", {"note_id": note_id, "probe": probe(BEN, 0), "also": [palm_probe(DEMO_PALM_SEEDS["Ana"], 0)]}),
         ("forget_note", {"note_id": note_id, "probe": probe(BEN, 0), "also": [palm_probe(2, 0, "palm-ccnet")]}),
         ("forget_note", {"note_id": note_id, "probe": probe(BEN, 0), "also": [probe(BEN, 1)]}),
         ("recall", {"query": "bike", "probe": palm_probe(DEMO_PALM_SEEDS["Ben"], 3, "face-arcface")}))

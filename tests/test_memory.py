@@ -22,9 +22,9 @@ from biomem import (
     UnknownIdentityError,
 )
 from biomem.errors import TooManyAttemptsError
-from biomem.vocabulary import AttemptLimits
-from biomem.notes.llm import NO_MEMORY_ANSWER, NOT_MENTIONED, Evolution, OfflineLLM
 from biomem.identity.samples import group_photo_path
+from biomem.notes.llm import NO_MEMORY_ANSWER, NOT_MENTIONED, Evolution, OfflineLLM
+from biomem.vocabulary import AttemptLimits
 
 from .conftest import ALICE, BOB, BOTH_STORES, STRANGER
 

@@ -12,11 +12,12 @@ import psycopg
 import pytest
 
 from biomem import BioMemory, InvalidInputError, NoteNotFoundError, Probe, StoreCorruptError
-from biomem.stores.copying import copy_store, table_checksum
-from biomem.stores.pg.schema import APP_ROLE, SCHEMA_VERSION as PG_VERSION
-from biomem.stores.sqlite.schema import SCHEMA_VERSION as SQLITE_VERSION
-from biomem.stores.base import TABLES
 from biomem.stores import open_store
+from biomem.stores.base import TABLES
+from biomem.stores.copying import copy_store, table_checksum
+from biomem.stores.pg.schema import APP_ROLE
+from biomem.stores.pg.schema import SCHEMA_VERSION as PG_VERSION
+from biomem.stores.sqlite.schema import SCHEMA_VERSION as SQLITE_VERSION
 
 MODALITY = "face-test"  # precomputed probes: these tests exercise storage, not a camera
 DIM = 64
@@ -75,7 +76,8 @@ def test_row_level_security_hides_every_row_without_the_right_owner_even_from_ra
         assert conn.execute("DELETE FROM history WHERE owner_id = %s", [ana.id]).rowcount == 0
         assert conn.execute("DELETE FROM identities WHERE id = %s", [ana.id]).rowcount == 0
         with pytest.raises(psycopg.errors.InsufficientPrivilege):  # nor can it write into Ana's partition
-            conn.execute("INSERT INTO notes (owner_id, content, timestamp, embedding) VALUES (%s, 'planted', 'now', %s)",
+            conn.execute("INSERT INTO notes (owner_id, content, timestamp, embedding) "
+                         "VALUES (%s, 'planted', 'now', %s)",
                          [ana.id, "[" + ",".join(["0.1"] * 384) + "]"])
         conn.rollback()
         conn.execute("SELECT set_config('biomem.admitted', 'not a list', true)")
@@ -167,7 +169,8 @@ def test_schema_versions_match_sqlite_and_a_newer_database_is_refused(postgres_d
     memory(url, text_encoder).close()
     memory(url, text_encoder).close()  # opening again migrates nothing
     with psycopg.connect(url, autocommit=True) as conn:
-        assert conn.execute("SELECT value FROM biomem.meta WHERE key = 'schema_version'").fetchone()[0] == str(PG_VERSION)
+        version = conn.execute("SELECT value FROM biomem.meta WHERE key = 'schema_version'").fetchone()[0]
+        assert version == str(PG_VERSION)
         conn.execute("UPDATE biomem.meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(StoreCorruptError, match="schema version 99"):
         open_store(url)

@@ -31,10 +31,10 @@ from PIL import Image
 
 from biomem import BioMemory
 from biomem.engine.demo import build_demo, demo_capture, usable_capture
-from biomem.errors import LLMError, ModelUnavailableError
 from biomem.engine.keys import create_key, revoke_key
-from biomem.notes.llamacpp import free_port
+from biomem.errors import LLMError, ModelUnavailableError
 from biomem.identity.samples import group_photo_path
+from biomem.notes.llamacpp import free_port
 from biomem.server import create_app, served
 from biomem.server.auth import loopback
 from biomem.server.probes import MAX_BODY
@@ -361,9 +361,11 @@ def _bad_requests(faces) -> dict:
                                                              "headers": {"content-type": "text/plain"}}),
         "malformed JSON": (422, "InvalidInputError", {"content": b'{"text": "x", ',
                                                       "headers": {"content-type": "application/json"}}),
-        "not an image": (422, "InvalidImageError", {"data": text, "files": {"probe": ("a.png", b"hello", "image/png")}}),
+        "not an image": (422, "InvalidImageError",
+                         {"data": text, "files": {"probe": ("a.png", b"hello", "image/png")}}),
         "text upload": (422, "InvalidImageError", {"data": text, "files": {"probe": ("a.txt", b"hi", "text/plain")}}),
-        "not base64": (422, "InvalidInputError", {"json": {**text, "probe": {"data": "%%%", "mime_type": "image/png"}}}),
+        "not base64": (422, "InvalidInputError",
+                       {"json": {**text, "probe": {"data": "%%%", "mime_type": "image/png"}}}),
         "non-image MIME type": (422, "InvalidImageError", {"json": {**text, "probe": b64(b"hi", "text/plain")}}),
         "no face": (422, "NoFaceError", {"data": text, "files": {"probe": ("a.png", blank, "image/png")}}),
         "two faces": (422, "MultipleFacesError", {"data": text, "files": {

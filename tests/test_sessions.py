@@ -12,6 +12,8 @@ import asyncio
 import pytest
 
 from biomem import AsyncBioMemory
+from biomem.engine.keys import any_keys, authenticate, create_key, list_keys, revoke_key
+from biomem.engine.sessions import Sessions
 from biomem.errors import (
     InvalidInputError,
     NoteNotFoundError,
@@ -20,8 +22,6 @@ from biomem.errors import (
     TooManyAttemptsError,
     UnknownIdentityError,
 )
-from biomem.engine.keys import any_keys, authenticate, create_key, list_keys, revoke_key
-from biomem.engine.sessions import Sessions
 from biomem.stores.sqlite import Store
 from biomem.vocabulary import AttemptLimits
 

@@ -19,12 +19,12 @@ import pytest
 import modalities.ccnet
 import modalities.weights
 from biomem.cli import build_parser, main
-from biomem.errors import DisclosureError, InvalidInputError, KeyUnavailableError, ModelUnavailableError
-from biomem.vocabulary import AttemptLimits
 from biomem.engine.memory import DEFAULT_ENCODER, BioMemory
-from biomem.stores.sealing import encode_key, new_key
-from biomem.settings import DEFAULT_TEXT_MODEL, Settings, markdown_table
+from biomem.errors import DisclosureError, InvalidInputError, KeyUnavailableError, ModelUnavailableError
 from biomem.notes.textenc import TextEncoder
+from biomem.settings import DEFAULT_TEXT_MODEL, Settings, markdown_table
+from biomem.stores.sealing import encode_key, new_key
+from biomem.vocabulary import AttemptLimits
 
 ROOT = Path(__file__).resolve().parent.parent
 SURFACES = {"engine", "CLI", "app", "serve"}

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from .memory import BioMemory
 from ..stores.records import Identity, Note
+from .memory import BioMemory
 from .results import Answer, SearchResult
 from .sessions import Session
 

@@ -18,8 +18,8 @@ import numpy as np
 import modalities
 
 from ..errors import BioMemError, InvalidInputError, MultipleFacesError, NoFaceError
-from .memory import BioMemory
 from ..identity.samples import augment, face_crops
+from .memory import BioMemory
 
 log = logging.getLogger(__name__)
 

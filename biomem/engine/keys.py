@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import InvalidInputError
 from ..stores import MemoryStore
 from ..vocabulary import KEY_ROLES
+
 PREFIX = "bm_"
 
 

@@ -22,22 +22,22 @@ import numpy as np
 
 import modalities
 
-from ..notes.agent import MemoryAgent
+from ..errors import DisclosureError, InvalidInputError, StoreCorruptError, TextTooLongError, UnknownIdentityError
 from ..identity.biometrics import Biometrics, Clients
 from ..identity.disclosure import gate_view, kept_out_view, people_view
 from ..identity.encoders import EncoderCache
-from ..errors import DisclosureError, InvalidInputError, StoreCorruptError, TextTooLongError, UnknownIdentityError
 from ..identity.gate import Gate, GateResult
 from ..identity.limits import AttemptLimiter
+from ..notes.agent import MemoryAgent
 from ..notes.llm import LLM, answer_prompt, fit_notes, make_llm
-from ..stores.records import Note, check_id
-from .results import Answer, SearchResult
-from .sessions import DEFAULT_TTL, Session, Sessions
-from ..settings import MIN_PROMPT_TOKENS, Settings
-from ..stores import MemoryStore, is_postgres, open_store, sqlite_path
 from ..notes.textenc import TextEncoder, default_onnx_cache
 from ..notes.timeparse import parse_timestamp
+from ..settings import MIN_PROMPT_TOKENS, Settings
+from ..stores import MemoryStore, is_postgres, open_store, sqlite_path
+from ..stores.records import Note, check_id
 from ..vocabulary import DISCLOSURES, FUSIONS, POLICIES, AttemptLimits
+from .results import Answer, SearchResult
+from .sessions import DEFAULT_TTL, Session, Sessions
 
 DEFAULT_ENCODER = "face-arcface-s"  # the paper's face encoder (ArcFace, insightface buffalo_s)
 # A memory is refused past MAX_NOTE_CHARS characters rather than split: a split would make one text

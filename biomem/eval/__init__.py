@@ -29,7 +29,8 @@ def add_locomo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bio", default="palmsynth",
                         help="palmsynth | faces | folder:DIR | embeddings:FILE (default palmsynth)")
     parser.add_argument("--encoder", default=None,
-                        help="biometric encoder (palmsynth: palm-compcode or palm-ccnet; faces, folder: face-arcface-s)")
+                        help="biometric encoder (palmsynth: palm-compcode or palm-ccnet; faces, folder: "
+                             "face-arcface-s)")
     parser.add_argument("--tau", type=float, default=None, help="gate threshold (default: the encoder's)")
     parser.add_argument("--policy", default="all", choices=["all", "best"],
                         help="gate policy: all = the paper's rule, every identity at or above τ (default)")

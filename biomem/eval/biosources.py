@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 import modalities
+from biomem.engine.memory import DEFAULT_ENCODER
 from biomem.errors import InvalidInputError, MultipleFacesError, NoFaceError
 from biomem.identity.gate import Probe
-from biomem.engine.memory import DEFAULT_ENCODER
 
 GALLERY_SIZE = 2
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp"}

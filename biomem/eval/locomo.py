@@ -31,18 +31,18 @@ from tqdm import tqdm
 
 from biomem import __version__
 from biomem.errors import InvalidInputError
-from biomem.stores.sqlite.schema import SCHEMA_VERSION
 from biomem.notes.textenc import TextEncoder
+from biomem.stores.sqlite.schema import SCHEMA_VERSION
 
 from .biosources import load_source, non_owner
 from .locomo_data import (
     LOCOMO_SHA256,
     LOCOMO_URL,
     Conversation,
-    default_cache_dir,
     DataUnavailableError,
     Question,
     Turn,
+    default_cache_dir,
     ensure_data,
     file_sha256,
     load_locomo,

@@ -26,12 +26,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from biomem.engine.results import Answer
 from biomem.errors import InvalidInputError
 from biomem.notes.llm import ChatLLM, OfflineLLM
 from biomem.stores.records import Note
-from biomem.engine.results import Answer
 
 from .biosources import BioSet, non_owner
+from .locomo_data import Question, Turn
 from .metrics import (
     ADVERSARIAL,
     ALL_CATEGORY_NAMES,
@@ -42,16 +43,15 @@ from .metrics import (
     evidence_recall,
     locomo_f1,
 )
-from .locomo_data import Question, Turn
 
 NOT_MENTIONED_OPTION = "Not mentioned in the conversation"  # A-Mem's second adversarial option
 AMEM_ANSWER_PROMPT = """Based on the context: {context}, write an answer in the form of a short phrase for the following question. Answer with exact words from the context whenever possible.
 
-Question: {question} Short answer:"""
+Question: {question} Short answer:"""  # noqa: E501 - A-Mem's prompt, word for word
 AMEM_TEMPORAL_PROMPT = """Based on the context: {context}, answer the following question. Use DATE of CONVERSATION to answer with an approximate date.
 Please generate the shortest possible answer, using words from the conversation where possible, and avoid using any subjects.
 
-Question: {question} Short answer:"""
+Question: {question} Short answer:"""  # noqa: E501 - A-Mem's prompt, word for word
 AMEM_ADVERSARIAL_PROMPT = """Based on the context: {context}, answer the following question. {question}
 
 Select the correct answer: {first} or {second}  Short answer:"""

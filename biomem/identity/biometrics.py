@@ -12,8 +12,6 @@ import numpy as np
 
 import modalities
 
-from .encoders import EncoderCache
-from .enrolment import FACE_TAKEN_MISSES, check_captures_fit, check_label, check_not_enrolled, check_one_person, refusal
 from ..errors import (
     AlreadyEnrolledError,
     DuplicateLabelError,
@@ -24,10 +22,12 @@ from ..errors import (
     UnknownIdentityError,
     UnknownModalityError,
 )
+from ..stores import MemoryStore
+from ..stores.records import Identity
+from .encoders import EncoderCache
+from .enrolment import FACE_TAKEN_MISSES, check_captures_fit, check_label, check_not_enrolled, check_one_person, refusal
 from .gate import Gate, GateResult, Probe, fuse
 from .limits import AttemptLimiter
-from ..stores.records import Identity
-from ..stores import MemoryStore
 
 Clients = str | Sequence[str] | None  # a requester's keys for attempt limits: session, address
 

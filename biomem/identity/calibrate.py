@@ -50,6 +50,7 @@ from scipy.stats import gaussian_kde
 
 import modalities
 
+from ..errors import InvalidInputError
 from .biometrics import Biometrics
 from .calibration_data import (
     encode_all,
@@ -60,14 +61,14 @@ from .calibration_data import (
     read_pairs,
     stack_vectors,
 )
-from ..errors import InvalidInputError
 from .samples import write_face_set
 
 log = logging.getLogger(__name__)
 
 MIN_SCORES = 2  # the fewest scores of each kind a density can be estimated from
 GRID_POINTS = 2048  # KDE evaluation grid over the score range
-KDE_BINS = 16384  # scores are binned this finely (per kind) before the KDE: exact far below the bandwidth, fast for 200k
+# Scores are binned this finely (per kind) before the KDE: exact far below the bandwidth, fast for 200k.
+KDE_BINS = 16384
 
 
 @dataclass(frozen=True)

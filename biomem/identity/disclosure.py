@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .gate import GateResult
 from ..stores.records import Identity
+from .gate import GateResult
+
 DIGITS = 2  # scores are shown rounded: an exact cosine is a gradient for a forger
 
 

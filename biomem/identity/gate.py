@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ..stores.blas import one_thread
 from ..errors import InvalidInputError, ModalityMismatchError
 from ..stores import MemoryStore
+from ..stores.blas import one_thread
 from ..vocabulary import FUSIONS, POLICIES
 
 

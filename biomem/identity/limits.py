@@ -18,7 +18,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import TooManyAttemptsError
 from ..vocabulary import AttemptLimits
@@ -51,7 +51,8 @@ class AttemptLimiter:
     """Per-client miss counter in the store: `check` before encoding a probe, `miss` after a non-match.
     The clock is wall time, which processes (and replicas with synchronised clocks) agree on."""
 
-    def __init__(self, limits: AttemptLimits | None, store: MemoryStore, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, limits: AttemptLimits | None, store: MemoryStore,
+                 clock: Callable[[], float] = time.time) -> None:
         self.limits = limits
         self.store = store
         self.clock = clock

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .llm import LLM, Draft
-from ..stores.records import Note
 from ..stores import MemoryStore, SearchIndex
+from ..stores.records import Note
+from .llm import LLM, Draft
 from .textenc import TextEncoder
 
 

@@ -169,10 +169,10 @@ def _mount_mcp(app: FastAPI, spans: list[Lifespan]) -> None:
 
 def _mount_ui(app: FastAPI, mem: BioMemory, settings: Settings) -> None:
     """The Gradio page at /, with the options `python app.py` launches it with."""
+    import gradio as gr
+
     from ..ui import build_app  # sets Gradio's analytics and run-history variables before gradio loads
     from ..ui.launch import PAGE_OPTIONS
-
-    import gradio as gr
 
     page = build_app(mem, settings=settings)
     gr.mount_gradio_app(app, page, path="/", **PAGE_OPTIONS)

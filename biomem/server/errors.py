@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..engine.messages import readable
 from ..errors import (
     AlreadyEnrolledError,
     AuthenticationError,
@@ -33,15 +34,14 @@ from ..errors import (
     KeyUnavailableError,
     LLMError,
     ModelUnavailableError,
-    NoteNotFoundError,
     NotAuthorisedError,
+    NoteNotFoundError,
     SessionExpiredError,
     StepUpRequiredError,
     StoreCorruptError,
     TooManyAttemptsError,
     UnknownIdentityError,
 )
-from ..engine.messages import readable
 
 log = logging.getLogger("biomem.server")
 

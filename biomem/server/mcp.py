@@ -13,7 +13,7 @@ stateless streamable HTTP with JSON replies.
 
     app = FastAPI(lifespan=lifespan)
     app.add_route("/mcp", mcp_app, include_in_schema=False)   # exactly /mcp, as hosts are configured
-    app.mount("/mcp", mcp_app)                                 # and /mcp/ (a Mount alone answers /mcp with a 307 to /mcp/)
+    app.mount("/mcp", mcp_app)                                 # and /mcp/ (a Mount alone: /mcp is a 307 to /mcp/)
 
 `mcp_app` answers any path it is given, so both routes reach the same endpoint; run standalone
 (`uvicorn.run(mcp_app)`) it runs its own lifespan. `lifespan()` can be entered once: build a new
@@ -56,10 +56,10 @@ from starlette.types import Receive, Scope, Send
 
 from ..engine import access
 from ..engine.aio import AsyncBioMemory
-from ..identity.disclosure import note_view
-from ..errors import BioMemError, InvalidInputError
 from ..engine.keys import ApiKey
 from ..engine.messages import readable  # the words of the web app's toasts and the REST errors (no gradio import)
+from ..errors import BioMemError, InvalidInputError
+from ..identity.disclosure import note_view
 from ..vocabulary import KEY_ROLES
 from .auth import authenticator, loopback, presented_key
 from .errors import invalid

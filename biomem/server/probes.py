@@ -25,15 +25,15 @@ import numpy as np
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
-from starlette.datastructures import UploadFile
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
 from starlette.formparsers import FormParser, MultiPartException, MultiPartParser
 
 from modalities.images import MAX_FILE_BYTES
 
+from ..engine.memory import BioMemory
 from ..errors import InvalidImageError, InvalidInputError, ModalityMismatchError
 from ..identity.gate import Probe
-from ..engine.memory import BioMemory
 from .auth import Caller
 from .errors import ApiError, invalid
 from .models import ProbeData

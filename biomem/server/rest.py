@@ -15,12 +15,12 @@ from fastapi import APIRouter, Depends, Header, Path, Request, Response
 
 from .. import __version__
 from ..engine import access
-from ..identity.disclosure import note_view
-from ..errors import InvalidInputError, SessionExpiredError, StepUpRequiredError, UnknownIdentityError
 from ..engine.memory import BioMemory
-from ..stores.records import Note
 from ..engine.sessions import Session
+from ..errors import InvalidInputError, SessionExpiredError, StepUpRequiredError, UnknownIdentityError
+from ..identity.disclosure import note_view
 from ..notes.timeparse import parse_timestamp
+from ..stores.records import Note
 from .auth import Caller, authorised, caller, maybe_caller
 from .errors import ApiError
 from .models import (
@@ -47,7 +47,8 @@ from .probes import MAX_BODY, Body, parse
 SESSION_HEADER = "X-Biomem-Session"
 ERRORS = {status: {"model": ErrorReply, "description": text} for status, text in {
     401: "no valid API key, or the session ended", 403: "wrong role, not recognised, or step-up failed",
-    413: f"body over {MAX_BODY // 2**20} MB", 415: "neither multipart, JSON nor a urlencoded form", 422: "bad input: image, face, modality, field",
+    413: f"body over {MAX_BODY // 2**20} MB", 415: "neither multipart, JSON nor a urlencoded form",
+    422: "bad input: image, face, modality, field",
     429: "too many non-matching probes (Retry-After)", 502: "the LLM did not answer",
     503: "an encoder is not available"}.items()}
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import hnswlib
 import numpy as np
 
-from .blas import one_thread
 from .base import MemoryStore
+from .blas import one_thread
 
 
 @dataclass

@@ -23,14 +23,14 @@ from PIL import Image
 import modalities
 
 from ..engine import access, demo
+from ..engine.memory import BioMemory
+from ..errors import BioMemError, TooManyAttemptsError
+from ..eval.importing import import_locomo
 from ..identity import calibration_plot
 from ..identity.calibrate import CalibrationReport, calibrate_folder, calibrate_samples, save
 from ..identity.disclosure import note_view
-from ..errors import BioMemError, TooManyAttemptsError
 from ..identity.gate import Probe
-from ..eval.importing import import_locomo
 from ..identity.limits import client_keys
-from ..engine.memory import BioMemory
 from ..settings import Settings
 from . import render, uploads
 from .doors import Operators
@@ -97,7 +97,8 @@ class Controller:
             raise
         return self.mem.probe(uploads.read_once(value, what), encoder or self.mem.modality)
 
-    def step_up(self, value: Any, second: Any, encoder: str | None, client: list[str] | None) -> Probe | dict[str, Probe]:
+    def step_up(self, value: Any, second: Any, encoder: str | None,
+                client: list[str] | None) -> Probe | dict[str, Probe]:
         """A change's fresh probe: one, or two when the person enrolled a face and a palm (the
         second read with the store's encoder of the other kind)."""
         name = encoder or self.mem.modality
@@ -213,7 +214,8 @@ class Controller:
         """Create an identity from uploaded images and/or a capture; each file deleted after use. A gated
         attempt of the requester's client (biomem.identity.enrolment): refused in a cool-down before any encoding."""
         client = self.clients(request)
-        paths = [p for p in (files or []) if uploads.upload_path(p)] + ([capture] if uploads.upload_path(capture) else [])
+        paths = [p for p in (files or []) if uploads.upload_path(p)]
+        paths += [capture] if uploads.upload_path(capture) else []
         label, name = (label or "").strip(), encoder or self.mem.modality
         try:
             if not label:

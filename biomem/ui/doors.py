@@ -19,8 +19,8 @@ from typing import Any
 import gradio as gr
 
 from ..engine import access
-from ..errors import NotAuthorisedError
 from ..engine.keys import any_keys, authenticate, digest
+from ..errors import NotAuthorisedError
 from ..stores import MemoryStore
 
 SIGN_IN_SECONDS = 8 * 3600  # an operator's sign-in lasts a working day in one browser tab

@@ -231,7 +231,8 @@ def chat_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Lis
     for triggers, work, name in (([ask_button.click, question.submit], ask, "ask"),
                                  ([remember_button.click], remember, "remember")):
         action(ui, triggers, "chat", controls, work, [question, probe, encoder], raw, shown,
-               [raw, chatbot, listing.unlocked], outputs, name=f"page:{name}", api_name=name, show_progress_on=[panel], **RAW)
+               [raw, chatbot, listing.unlocked], outputs, name=f"page:{name}", api_name=name, show_progress_on=[panel],
+               **RAW)
     return probe
 
 
@@ -333,7 +334,8 @@ def notes_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing:
            [result, listing.unlocked], [*listing.outputs, notes_message, probe, second],
            name="page:unlock", show_progress_on=[listing.message], **RAW)
     lock_button.click(on(ui, "page:view", lock), [listing.unlocked], [*listing.outputs, notes_message], **PRIVATE)
-    timer.tick(on(ui, "page:view", lock_when_due), [listing.unlocked], [*listing.outputs, notes_message], show_progress="hidden", **PRIVATE)
+    timer.tick(on(ui, "page:view", lock_when_due), [listing.unlocked], [*listing.outputs, notes_message],
+               show_progress="hidden", **PRIVATE)
 
 
 def changes_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Listing) -> gr.Markdown:

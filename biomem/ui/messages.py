@@ -12,8 +12,8 @@ from typing import Any
 
 import gradio as gr
 
-from ..errors import BioMemError
 from ..engine.messages import ERRORS, LOGGED_ONLY, SELF_EXPLAINED, readable  # noqa: F401  (re-exported)
+from ..errors import BioMemError
 
 log = logging.getLogger("biomem.ui")
 

@@ -116,7 +116,8 @@ def gate_html(gate: dict[str, Any] | None) -> str:
         rows.append(
             f"<tr class='{cls}'><td class='bm-who'>{isolated(s['label'])}</td><td class='bm-num'>{s['score']:.2f}</td>"
             f"<td class='bm-barcell'><div class='bm-bar'><div class='bm-fill' style='width:{pos(s['score']):.1f}%'>"
-            f"</div><div class='bm-tau' style='left:{pos(tau):.1f}%'></div></div></td><td class='bm-mark'>{mark}</td></tr>")
+            f"</div><div class='bm-tau' style='left:{pos(tau):.1f}%'></div></div></td>"
+            f"<td class='bm-mark'>{mark}</td></tr>")
     if len(scores) > MAX_SCORE_ROWS:
         rows.append(f"<tr><td colspan='4' class='bm-more'>… and {len(scores) - MAX_SCORE_ROWS} more below</td></tr>")
     return (head + f"<div class='bm-meta'>encoder <code>{esc(gate['modality'])}</code> · τ = {tau:.2f}"
@@ -237,14 +238,16 @@ def compare_chart(result: dict[str, Any] | None) -> str:
         parts.append(f"<text x='{left - 6}' y='{y + 4}' text-anchor='end' class='bm-c-text'>{esc(label)}</text>"
                      f"<line x1='{left}' y1='{y}' x2='{left + width}' y2='{y}' class='bm-c-grid'/>")
         if label in a:
-            parts.append(f"<circle cx='{x(a[label]):.1f}' cy='{y}' r='5' class='bm-c-a'><title>A: {a[label]:.2f}</title></circle>")
+            parts.append(f"<circle cx='{x(a[label]):.1f}' cy='{y}' r='5' class='bm-c-a'>"
+                         f"<title>A: {a[label]:.2f}</title></circle>")
         if label in b:
             parts.append(f"<rect x='{x(b[label]) - 4.5:.1f}' y='{y - 4.5}' width='9' height='9' class='bm-c-b'>"
                          f"<title>B: {b[label]:.2f}</title></rect>")
     return (f"<div class='bm-chart'><div class='bm-meta'>Similarity of each probe to each sample person "
             f"(● requester A, ■ requester B); the gate admits only what lies right of the red τ line.</div>"
             f"<svg viewBox='0 0 {left + width + 10} {bottom + 10}' role='img' "
-            f"aria-label='similarity of both requesters to each sample person against tau'>{''.join(parts)}</svg></div>")
+            f"aria-label='similarity of both requesters to each sample person against tau'>"
+            f"{''.join(parts)}</svg></div>")
 
 
 def note_rows(notes: list[Any]) -> list[list[Any]]:

@@ -58,7 +58,8 @@ def make_llm(spec: str | LLM | None, text_encoder: TextEncoder, settings: Settin
     kind, model = llm_spec(spec or (settings or Settings.from_env()).llm)
     offline = OfflineLLM(text_encoder)
     if kind == "openai":
-        endpoint = {} if settings is None else {"base_url": settings.openai_base_url, "api_key": settings.openai_api_key}
+        endpoint = {} if settings is None else {"base_url": settings.openai_base_url,
+                                                "api_key": settings.openai_api_key}
         return OpenAIChat(model, offline, **endpoint)
     if kind == "hf":
         return HFChat(model, offline)

@@ -16,7 +16,6 @@ from pydantic import BaseModel, Field, field_validator
 from ...stores.records import Note
 from .prompts import CONTEXT_PLACEHOLDER
 
-
 # ---- what the agent asks for, validated ---------------------------------------------------
 
 class NoteMeta(BaseModel):
@@ -137,6 +136,6 @@ class LLM(ABC):
         """Counters of the model calls per task; empty for a backend that calls no model."""
         return {}
 
-    def drop_owner(self, owner: int) -> None:
+    def drop_owner(self, owner: int) -> None:  # noqa: B027 - a hook: a no-op unless a backend keeps something
         """Forget anything kept from `owner`'s notes (their note was changed or deleted, or they were
         forgotten); nothing for a backend that keeps nothing."""

@@ -24,7 +24,7 @@ Format the response as a JSON object:
 }}
 
 Content for analysis:
-{content}"""
+{content}"""  # noqa: E501 - A-Mem's prompt, word for word
 
 EVOLVE_PROMPT = """You are an AI memory evolution agent responsible for managing and evolving a knowledge base.
 Analyze the new memory note according to keywords and context, also with its nearest neighbor memories.
@@ -57,11 +57,11 @@ Return your decision as JSON:
 
 ANSWER_PROMPT = """Based on the context: {context}, write an answer in the form of a short phrase for the following question. Answer with exact words from the context whenever possible.
 
-Question: {question} If the context does not say, answer: {not_mentioned} Short answer:"""
+Question: {question} If the context does not say, answer: {not_mentioned} Short answer:"""  # noqa: E501 - A-Mem's prompt, word for word
 
 TEMPORAL_ANSWER_PROMPT = """Based on the context: {context}, answer the following question. Use DATE of CONVERSATION to answer with an approximate date. Please generate the shortest possible answer, using words from the conversation where possible, and avoid using any subjects.
 
-Question: {question} If the context does not say, answer: {not_mentioned} Short answer:"""
+Question: {question} If the context does not say, answer: {not_mentioned} Short answer:"""  # noqa: E501 - A-Mem's prompt, word for word
 
 # A-Mem's generate_query_llm (WujiangXu/AgenticMemory test_advanced.py, 7f716dc): its example uses
 # commas whatever the instruction says; the reply's "keywords" string is the retrieval query as is.

@@ -133,7 +133,8 @@ class PgNoteRows:
     @staticmethod
     def _record(conn: psycopg.Connection, owner_id: int, note_id: int, event: str,
                 before: dict | None, after: dict | None) -> None:
-        conn.execute("INSERT INTO history (owner_id, note_id, event, before, after, at) VALUES (%s, %s, %s, %s, %s, %s)",
+        conn.execute("INSERT INTO history (owner_id, note_id, event, before, after, at) "
+                     "VALUES (%s, %s, %s, %s, %s, %s)",
                      [owner_id, note_id, event, json.dumps(before) if before else None,
                       json.dumps(after) if after else None, now_iso()])
 

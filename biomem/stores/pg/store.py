@@ -21,12 +21,12 @@ from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool
 
 from ...errors import DuplicateLabelError, StoreCorruptError, UnknownIdentityError
+from ...settings import Settings
+from ...vocabulary import AttemptLimits
 from ..attempts import record_misses
+from ..base import COLUMNS, KEYS, SealedTemplates, SearchIndex, without_password
 from ..records import Identity, check_id, now_iso
 from ..sealing import Sealer
-from ...settings import Settings
-from ..base import COLUMNS, KEYS, SealedTemplates, SearchIndex, without_password
-from ...vocabulary import AttemptLimits
 from .note_rows import PgNoteRows, as_array
 from .schema import APP_ROLE, MIGRATIONS, SCHEMA_VERSION
 from .search import DatabaseSearch
@@ -222,7 +222,8 @@ class PostgresStore(PgNoteRows, SealedTemplates):
         with self.transaction() as conn:
             conn.execute(f"INSERT INTO thresholds (modality, {tau_column}, {source_column}, updated) "
                          f"VALUES (%s, %s, %s, %s) ON CONFLICT (modality) DO UPDATE SET {tau_column} = "
-                         f"excluded.{tau_column}, {source_column} = excluded.{source_column}, updated = excluded.updated",
+                         f"excluded.{tau_column}, {source_column} = excluded.{source_column}, "
+                         "updated = excluded.updated",
                          [modality, float(tau), source, now_iso()])
 
     # identities and templates
@@ -301,8 +302,9 @@ class PostgresStore(PgNoteRows, SealedTemplates):
     # service API keys (biomem.engine.keys): digests only
     def add_api_key(self, name: str, role: str, digest: str, prefix: str) -> int:
         with self.transaction() as conn:
-            return conn.execute("INSERT INTO api_keys (name, role, digest, prefix, created) VALUES (%s, %s, %s, %s, %s) "
-                                "RETURNING id", [name, role, digest, prefix, now_iso()]).fetchone()[0]
+            return conn.execute("INSERT INTO api_keys (name, role, digest, prefix, created) "
+                                "VALUES (%s, %s, %s, %s, %s) RETURNING id",
+                                [name, role, digest, prefix, now_iso()]).fetchone()[0]
 
     # attempt limits (biomem.identity.limits.AttemptLimiter), shared by every replica
     def attempt_wait(self, clients: list[str], now: float) -> float:

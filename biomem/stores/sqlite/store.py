@@ -24,16 +24,16 @@ import numpy as np
 import sqlite_utils
 
 from ...errors import DuplicateLabelError, ForgetIncompleteError, StoreCorruptError, UnknownIdentityError
-from ..attempts import record_misses
-from .migrations import migrate_1_to_2
-from .note_rows import NoteRows
-from ..records import Identity, check_id, now_iso
-from .schema import SCHEMA, SCHEMA_VERSION, statements
-from ..sealing import Sealer
 from ...settings import Settings
+from ...vocabulary import AttemptLimits
+from ..attempts import record_misses
 from ..base import COLUMNS, KEYS, SealedTemplates, SearchIndex
 from ..partitions import HNSW_THRESHOLD, Partitions
-from ...vocabulary import AttemptLimits
+from ..records import Identity, check_id, now_iso
+from ..sealing import Sealer
+from .migrations import migrate_1_to_2
+from .note_rows import NoteRows
+from .schema import SCHEMA, SCHEMA_VERSION, statements
 
 log = logging.getLogger(__name__)
 
