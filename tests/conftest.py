@@ -197,3 +197,12 @@ def chromium_path() -> str:
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set BIOMEM_CHROMIUM)")
     pytest.importorskip("playwright.sync_api")
     return CHROMIUM
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """Gradio's upload folder for one test: where the page's uploads (and probe files) land."""
+    folder = tmp_path / "gradio-cache"
+    folder.mkdir()
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(folder))
+    return folder

@@ -215,12 +215,6 @@ def test_privacy_settings_of_the_launched_app(server, tmp_path):
 
 # ---- handlers behind the private events ---------------------------------------------------------
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    folder = tmp_path / "gradio-cache"
-    folder.mkdir()
-    monkeypatch.setenv("GRADIO_TEMP_DIR", str(folder))
-    return folder
 
 
 def upload(cache: Path, image: np.ndarray, name: str) -> str:

@@ -180,9 +180,3 @@ def test_demo_disclosure_shows_sample_people_but_never_a_real_enrolment(demo_sto
         BioMemory(mem.path, text_model=mem.text, encoder=mem.encoder(), disclosure="demo")
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    folder = tmp_path / "gradio-cache"
-    folder.mkdir()
-    monkeypatch.setenv("GRADIO_TEMP_DIR", str(folder))
-    return folder

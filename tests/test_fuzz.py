@@ -39,6 +39,8 @@ from biomem.server import create_app, served
 from biomem.settings import Settings
 from biomem.stores.base import TABLES
 
+from .test_server import Tracebacks
+
 ANA = 0  # a demo person, enrolled
 SESSION = "X-Biomem-Session"
 settings.register_profile(
@@ -61,18 +63,6 @@ def digest(mem: BioMemory) -> str:
         for row in mem.store.export_rows(table):
             hashed.update(repr(row).encode())
     return hashed.hexdigest()
-
-
-class Tracebacks(logging.Handler):
-    """Log records that carry a traceback (uvicorn's logger does not propagate to the root)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.exc_info:
-            self.records.append(record)
 
 
 @pytest.fixture(scope="module")
@@ -308,9 +298,9 @@ def test_every_mcp_tool_answers_fuzzed_arguments_with_a_refusal_or_success(targe
             response = mcp(target, "tools/call", {"name": tool["name"], "arguments": args})
             assert response.status_code < 500 and not target.tracebacks, (tool["name"], args, response.text[:300])
             reply = response.json()
-            if "error" in reply:  # a JSON-RPC refusal (arguments that are not an object): invalid params
-                assert reply["error"]["code"] == -32602, reply
-                outcome = "invalid params"
+            if "error" in reply:  # a JSON-RPC refusal: invalid params, or text that is not UTF-8 (a lone surrogate)
+                assert reply["error"]["code"] in (-32602, -32700), reply
+                outcome = {-32602: "invalid params", -32700: "parse error"}[reply["error"]["code"]]
             elif reply["result"].get("isError"):
                 outcome = reply["result"]["content"][0]["text"].split(":")[0]
                 assert outcome not in ("Something went wrong", "Error executing tool " + tool["name"]), reply

@@ -136,12 +136,6 @@ def service(tmp_path_factory, text_encoder, face_encoder, faces, photos) -> Iter
     mem.close()
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    folder = tmp_path / "gradio-cache"
-    folder.mkdir()
-    monkeypatch.setenv("GRADIO_TEMP_DIR", str(folder))
-    return folder
 
 
 def upload(cache: Path, data: bytes, name: str) -> str:
