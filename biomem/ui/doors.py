@@ -81,6 +81,7 @@ def door(operators: Operators, name: str, fn: Callable[..., Any]) -> Callable[..
     The handler gains a `request` parameter that Gradio fills; `fn` gets it too if it asks for one."""
     if name not in access.PAGE:
         raise ValueError(f"page event {name!r} is not in biomem.engine.access.PAGE")
+    public = access.required(name) == access.PUBLIC
     signature = inspect.signature(fn)
     wants_request = "request" in signature.parameters
     if not wants_request:  # after the positional parameters, where Gradio puts what it fills
@@ -94,7 +95,8 @@ def door(operators: Operators, name: str, fn: Callable[..., Any]) -> Callable[..
     def handler(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(*args, **kwargs)
         request = bound.arguments.get("request")
-        access.require(name, operators.role(request), WHAT.get(name, "This"))
+        if not public:  # every role opens a public door: its events (views, begin/end) read no keys
+            access.require(name, operators.role(request), WHAT.get(name, "This"))
         if not wants_request:
             bound.arguments.pop("request", None)
         return fn(*bound.args, **bound.kwargs)
