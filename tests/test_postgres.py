@@ -203,6 +203,13 @@ def test_migrate_copies_sqlite_to_postgresql_and_back_with_every_row_checked(tmp
     mem.add_many(["Ben drinks coffee"], identity=ben.id)
     last = mem.add("A note deleted before the copy", identity=ben.id)
     mem.delete(last.id, probe=probe(2))
+    chloe = mem.enroll("Chloe", [Probe(person(3), MODALITY)])
+    home = mem.create_group("Home", identity=ana.id)
+    for member in (ben, chloe):
+        mem.add_member(home.id, identity=member.id)
+    mem.add("The Wi-Fi password is sunflower", identity=ana.id, scope=home.id,
+            metadata={"room": "hall", "priority": 2, "checked": 0.5, "tags": ["net", 1, None]})  # keys jsonb reorders
+    mem.add("Chloe's surprise party is on Saturday", identity=ben.id, scope=home.id, hidden_from=[chloe.id])
     mem.close()
     url = postgres_database("copy")
 
@@ -213,7 +220,13 @@ def test_migrate_copies_sqlite_to_postgresql_and_back_with_every_row_checked(tmp
 
     moved = memory(url, text_encoder)
     assert moved.search("my PIN", probe=probe(1), k=1).notes[0][0].content == "My PIN is 1234"  # templates open
-    assert moved.store.counts()["links"] > 0 and moved.store.note_total() == 4
+    assert moved.store.counts()["links"] > 0 and moved.store.note_total() == 6
+    party = moved.search("surprise party", probe=probe(2), k=10).notes
+    assert "Chloe's surprise party is on Saturday" in [n.content for n, _ in party]  # the household moved
+    assert "Chloe's surprise party is on Saturday" not in [n.content for n, _ in
+                                                           moved.search("surprise party", probe=probe(3)).notes]
+    wifi = moved.search("wifi password", probe=probe(3), k=1, filters={"metadata.priority": {"gte": 2}}).notes
+    assert [n.metadata["room"] for n, _ in wifi] == ["hall"]
     assert moved.add("A new note after the move", identity=ben.id).id > last.id  # no id given twice
     moved.close()
 

@@ -160,12 +160,13 @@ def _check_string(value: str, where: str) -> str:
 
 
 def _check_number(value: int | float, where: str) -> int | float:
-    """`value` if it is an integer below 2**53 in magnitude or a finite float."""
+    """`value` if it is a number below 2**53 in magnitude (a float finite, -0.0 as 0.0): what both stores keep
+    exactly and write back alike (PostgreSQL's jsonb would print 1e16 as an integer and -0.0 as 0)."""
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidInputError(f"{where}: numbers must be finite, got {value!r}")
-    if isinstance(value, int) and not -MAX_NUMBER < value < MAX_NUMBER:
-        raise InvalidInputError(f"{where}: integers must be below 2**53 in magnitude, got {_show(value)}")
-    return value
+    if not -MAX_NUMBER < value < MAX_NUMBER:
+        raise InvalidInputError(f"{where}: numbers must be below 2**53 in magnitude, got {_show(value)}")
+    return value + 0.0 if isinstance(value, float) else value
 
 
 def _metadata_scalar(value: Any, where: str) -> Any:

@@ -17,7 +17,7 @@ from pathlib import Path
 import hnswlib
 import numpy as np
 
-from .base import MemoryStore
+from .base import MemoryStore, Within
 from .blas import one_thread
 
 
@@ -120,9 +120,13 @@ class Partitions:
         if self.store.generation(owner_id) == -1:  # forgotten while we wrote
             self.drop(owner_id)
 
-    def search(self, owner_id: int, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """Top-k (note id, cosine) inside one owner's partition, best first, ties oldest first."""
+    def search(self, owner_id: int, query: np.ndarray, k: int,
+               within: Within | None = None) -> list[tuple[int, float]]:
+        """Top-k (note id, cosine) inside one owner's partition, best first, ties oldest first; with `within`,
+        among the notes it allows only (an exact scan of those rows, whatever the partition's size)."""
         part = self.get(owner_id)
+        if within is not None and (within.where is not None or within.excluded or within.only is not None):
+            return self._search_rows(part, self._allowed(owner_id, part, within), query, k)
         n = len(part.ids)
         k = min(k, n)
         if k <= 0:
@@ -140,13 +144,36 @@ class Partitions:
             positions = part.by_id[found]
             positions = positions[part.ids[positions] == labels]  # a label newer than the snapshot
             scores = part.matrix[positions] @ query
-        else:
-            with one_thread():
-                scores_all = part.matrix @ query
-            positions = np.argpartition(-scores_all, k - 1)[:k] if k < n else np.arange(n)
-            scores = scores_all[positions]
+            order = np.lexsort((positions, -scores))  # by score, then chronological position
+            return [(int(part.ids[positions[i]]), float(scores[i])) for i in order]
+        return self._search_rows(part, None, query, k)
+
+    def _allowed(self, owner_id: int, part: Partition, within: Within) -> np.ndarray:
+        """Positions of the partition's rows that `within` allows."""
+        keep = np.ones(len(part.ids), dtype=bool)
+        if within.where is not None:
+            keep &= np.isin(part.ids, self.store.note_ids_where(owner_id, within.where))
+        if within.excluded:
+            keep &= ~np.isin(part.ids, np.fromiter(within.excluded, dtype=np.int64))
+        if within.only is not None:
+            keep &= np.isin(part.ids, np.fromiter(within.only, dtype=np.int64))
+        return np.flatnonzero(keep)
+
+    @staticmethod
+    def _search_rows(part: Partition, rows: np.ndarray | None, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """Exact top-k over the partition's rows at positions `rows` (None: all), ties oldest first."""
+        matrix = part.matrix if rows is None else part.matrix[rows]
+        n = len(matrix)
+        k = min(k, n)
+        if k <= 0:
+            return []
+        with one_thread():
+            scores_all = matrix @ query
+        positions = np.argpartition(-scores_all, k - 1)[:k] if k < n else np.arange(n)
+        scores = scores_all[positions]
         order = np.lexsort((positions, -scores))  # by score, then chronological position
-        return [(int(part.ids[positions[i]]), float(scores[i])) for i in order]
+        ids = part.ids if rows is None else part.ids[rows]
+        return [(int(ids[positions[i]]), float(scores[i])) for i in order]
 
     def size(self, owner_id: int) -> int:
         return len(self.get(owner_id).ids)

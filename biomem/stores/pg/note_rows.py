@@ -1,14 +1,15 @@
 """The notes, links and history of the PostgreSQL store, each statement under its owner twice over.
 
-Every query names its owner in its WHERE clause, and its transaction admits only that owner
-(row-level security, biomem.stores.pg.schema): a query that forgot the first still returns and changes
-nothing of anyone else. Semantics are the SQLite store's (biomem.stores.sqlite.note_rows).
+Every query names its owner in its WHERE clause, and its transaction admits only that owner, or the owners
+a read spans (a person and their groups: find_note, list_notes, hidden_notes) (row-level security,
+biomem.stores.pg.schema): a query that forgot the first still returns and changes nothing of anyone else.
+Semantics are the SQLite store's (biomem.stores.sqlite.note_rows).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -16,7 +17,8 @@ import numpy as np
 import psycopg
 
 from ...errors import NoteNotFoundError
-from ..records import NOTE_COLUMNS, Identity, Note, check_id, now_iso
+from ..filters import Filter, compile_filter
+from ..records import NOTE_COLUMNS, Identity, Note, authorship, check_id, history_events, now_iso, snapshot
 
 
 def as_array(vector: Any) -> np.ndarray:
@@ -43,30 +45,47 @@ class PgNoteRows:
 
     def insert_notes(self, owner_id: int, notes: list[dict[str, Any]],
                      vectors: np.ndarray) -> tuple[list[int], int]:
-        """Insert notes (content, timestamp, keywords, tags, context) of one owner: (new ids, generation)."""
+        """Insert notes (content, timestamp, keywords, tags, context; optionally author, metadata, hidden_from)
+        of one owner: (new ids, generation)."""
         with self.transaction([owner_id]) as conn:
             self.identity(owner_id)
             ids = []
             for note, vector in zip(notes, vectors):
                 note_id = conn.execute(
-                    "INSERT INTO notes (owner_id, content, timestamp, keywords, tags, context, embedding) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                    "INSERT INTO notes (owner_id, content, timestamp, keywords, tags, context, embedding, author_id, "
+                    "metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb) RETURNING id",
                     [owner_id, note["content"], note["timestamp"], json.dumps(note["keywords"]),
-                     json.dumps(note["tags"]), note["context"], np.asarray(vector, np.float32)]).fetchone()[0]
+                     json.dumps(note["tags"]), note["context"], np.asarray(vector, np.float32),
+                     *authorship(owner_id, note)]).fetchone()[0]
                 ids.append(note_id)
-                self._record(conn, owner_id, note_id, "add", None, note)
+                hidden = [(owner_id, note_id, int(i)) for i in note.get("hidden_from", ())]
+                if hidden:
+                    with conn.cursor() as cursor:
+                        cursor.executemany("INSERT INTO hidden VALUES (%s, %s, %s)", hidden)
+                self._record(conn, owner_id, note_id, "add", None, note, note.get("author"))
             generation = self._bump_generation(conn, owner_id)
         return ids, generation
 
     def _notes(self, conn: psycopg.Connection, owner_id: int, where: str, args: list) -> list[Note]:
         rows = conn.execute(f"SELECT {NOTE_COLUMNS} FROM notes WHERE owner_id = %s {where}",
                             [int(owner_id), *args]).fetchall()
-        links: dict[int, list[int]] = {r[0]: [] for r in rows}
-        for source, target in conn.execute("SELECT source_id, target_id FROM links WHERE owner_id = %s "
-                                           "AND source_id = ANY (%s) ORDER BY target_id",
-                                           [int(owner_id), list(links)]):
+        return self._from_rows(conn, rows)
+
+    @staticmethod
+    def _from_rows(conn: psycopg.Connection, rows: Sequence[tuple]) -> list[Note]:
+        """Notes of NOTE_COLUMNS rows, with the ids they link to and the members they are hidden from."""
+        if not rows:
+            return []
+        owners, ids = sorted({r[1] for r in rows}), [r[0] for r in rows]
+        links: dict[int, list[int]] = {i: [] for i in ids}
+        hidden: dict[int, list[int]] = {i: [] for i in ids}
+        for source, target in conn.execute("SELECT source_id, target_id FROM links WHERE owner_id = ANY (%s) "
+                                           "AND source_id = ANY (%s) ORDER BY target_id", [owners, ids]):
             links[source].append(target)
-        return [Note.from_row(r, links[r[0]]) for r in rows]
+        for note, person in conn.execute("SELECT note_id, identity_id FROM hidden WHERE owner_id = ANY (%s) "
+                                         "AND note_id = ANY (%s) ORDER BY identity_id", [owners, ids]):
+            hidden[note].append(person)
+        return [Note.from_row(r, links[r[0]], hidden[r[0]]) for r in rows]
 
     def get_note(self, owner_id: int, note_id: int) -> Note:
         """The note `note_id` if `owner_id` owns it, else NoteNotFoundError."""
@@ -90,6 +109,65 @@ class PgNoteRows:
         with self.transaction([owner_id]) as conn:
             return self._notes(conn, owner_id, "ORDER BY timestamp, id", [])
 
+    def find_note(self, owners: Sequence[int], note_id: int) -> Note:
+        """The note `note_id` if one of `owners` owns it, else NoteNotFoundError."""
+        wanted, owners = check_id(note_id), [int(o) for o in owners]
+        with self.transaction(owners) as conn:
+            rows = conn.execute(f"SELECT {NOTE_COLUMNS} FROM notes WHERE id = %s AND owner_id = ANY (%s)",
+                                [wanted, owners]).fetchall()
+            if not rows:
+                raise NoteNotFoundError(f"no note {note_id} among your memories")
+            return self._from_rows(conn, rows)[0]
+
+    def list_notes(self, owners: Sequence[int], *, where: Filter | None = None, excluded: Collection[int] = (),
+                   offset: int = 0, limit: int | None = None) -> tuple[list[Note], int]:
+        """One page of the notes of `owners` that match `where` and are not `excluded`, oldest first, and
+        how many there are in all (a negative limit is none, a negative offset 0, as in SQLite)."""
+        condition, args = self._condition(owners, where, excluded)
+        page = None if limit is None or int(limit) < 0 else int(limit)
+        with self.transaction([int(o) for o in owners]) as conn:
+            (total,) = conn.execute(f"SELECT count(*) FROM notes WHERE {condition}", args).fetchone()
+            rows = conn.execute(f"SELECT {NOTE_COLUMNS} FROM notes WHERE {condition} ORDER BY timestamp, id "
+                                "LIMIT %s OFFSET %s", [*args, page, max(int(offset), 0)]).fetchall()
+            return self._from_rows(conn, rows), int(total)
+
+    def note_ids_where(self, owner_id: int, where: Filter) -> np.ndarray:
+        """Ids of the owner's notes that match `where` (a search's filter, applied before its top-K)."""
+        condition, args = self._condition([owner_id], where, ())
+        with self.transaction([owner_id]) as conn:
+            return np.array([r[0] for r in conn.execute(f"SELECT id FROM notes WHERE {condition}", args)],
+                            dtype=np.int64)
+
+    @staticmethod
+    def _condition(owners: Sequence[int], where: Filter | None, excluded: Collection[int]) -> tuple[str, list]:
+        """The WHERE condition (and its %s parameters) of the notes of `owners` matching `where`, not `excluded`."""
+        sql, args = "owner_id = ANY (%s)", [[int(o) for o in owners]]
+        if excluded:
+            sql += " AND NOT (id = ANY (%s))"
+            args.append([int(i) for i in excluded])
+        if where is not None:
+            expression, values = compile_filter(where, "postgres")
+            sql, args = f"{sql} AND ({expression})", [*args, *values]
+        return sql, args
+
+    def hidden_notes(self, people: Sequence[int], owners: Sequence[int]) -> set[int]:
+        """Ids of the notes of `owners` (groups) hidden from any of `people`."""
+        if not people or not owners:
+            return set()
+        owners = [int(o) for o in owners]
+        with self.transaction(owners) as conn:
+            return {r[0] for r in conn.execute("SELECT note_id FROM hidden WHERE identity_id = ANY (%s) "
+                                               "AND owner_id = ANY (%s)", [[int(p) for p in people], owners])}
+
+    def audiences(self, owner_id: int) -> dict[int, frozenset[int]]:
+        """Note id -> the members it is hidden from, for the owner's notes hidden from anyone."""
+        found: dict[int, set[int]] = {}
+        with self.transaction([owner_id]) as conn:
+            for note, person in conn.execute("SELECT note_id, identity_id FROM hidden WHERE owner_id = %s",
+                                             [int(owner_id)]):
+                found.setdefault(note, set()).add(person)
+        return {note: frozenset(people) for note, people in found.items()}
+
     def note_vectors(self, owner_id: int) -> tuple[np.ndarray, np.ndarray | None, int]:
         """(note ids, embedding matrix, generation) of one owner's partition, oldest first."""
         with self.transaction([owner_id]) as conn:
@@ -100,7 +178,7 @@ class PgNoteRows:
         return ids, (np.stack([as_array(r[1]) for r in rows]) if rows else None), generation
 
     def update_note(self, owner_id: int, note_id: int, event: str, vector: np.ndarray | None = None,
-                    **fields: Any) -> tuple[Note, int]:
+                    actor: int | None = None, **fields: Any) -> tuple[Note, int]:
         """Change fields of an owned note and record before/after; returns it and the generation."""
         values = {k: json.dumps(v) if k in ("keywords", "tags") else v for k, v in fields.items()}
         if vector is not None:
@@ -113,11 +191,12 @@ class PgNoteRows:
             conn.execute(f"UPDATE notes SET {', '.join(f'{c} = %s' for c in values)} WHERE owner_id = %s AND id = %s",
                          [*values.values(), int(owner_id), int(note_id)])
             after = self.get_note(owner_id, note_id)
-            self._record(conn, owner_id, note_id, event, before.snapshot(), after.snapshot())
+            self._record(conn, owner_id, note_id, event, before.snapshot(), after.snapshot(), actor)
             generation = self._bump_generation(conn, owner_id)
         return after, generation
 
-    def delete_note(self, owner_id: int, note_id: int, *, keep_history: bool = False) -> tuple[Note, int]:
+    def delete_note(self, owner_id: int, note_id: int, *, keep_history: bool = False,
+                    actor: int | None = None) -> tuple[Note, int]:
         """Delete an owned note (its links cascade); returns it and the owner's new generation.
         Its history keeps only events and times unless `keep_history`."""
         with self.transaction([owner_id]) as conn:
@@ -126,17 +205,18 @@ class PgNoteRows:
             if not keep_history:
                 conn.execute("UPDATE history SET before = NULL, after = NULL WHERE owner_id = %s AND note_id = %s",
                              [int(owner_id), int(note_id)])
-            self._record(conn, owner_id, note_id, "delete", before.snapshot() if keep_history else None, None)
+            self._record(conn, owner_id, note_id, "delete", before.snapshot() if keep_history else None, None,
+                         actor)
             generation = self._bump_generation(conn, owner_id)
         return before, generation
 
     @staticmethod
     def _record(conn: psycopg.Connection, owner_id: int, note_id: int, event: str,
-                before: dict | None, after: dict | None) -> None:
-        conn.execute("INSERT INTO history (owner_id, note_id, event, before, after, at) "
-                     "VALUES (%s, %s, %s, %s, %s, %s)",
-                     [owner_id, note_id, event, json.dumps(before) if before else None,
-                      json.dumps(after) if after else None, now_iso()])
+                before: dict | None, after: dict | None, actor: int | None = None) -> None:
+        conn.execute("INSERT INTO history (owner_id, note_id, event, before, after, at, actor_id) "
+                     "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                     [owner_id, note_id, event, json.dumps(snapshot(before)) if before else None,
+                      json.dumps(snapshot(after)) if after else None, now_iso(), actor])
 
     def add_links(self, owner_id: int, source_id: int, target_ids: Iterable[int]) -> None:
         """Link an owned note to other notes of the same owner (the foreign keys refuse others)."""
@@ -146,13 +226,12 @@ class PgNoteRows:
 
     def history(self, owner_id: int, note_id: int) -> list[dict[str, Any]]:
         with self.transaction([owner_id]) as conn:
-            rows = conn.execute("SELECT id, note_id, event, before, after, at FROM history "
+            rows = conn.execute("SELECT id, note_id, event, before, after, at, actor_id FROM history "
                                 "WHERE owner_id = %s AND note_id = %s ORDER BY id",
                                 [int(owner_id), check_id(note_id)]).fetchall()
         if not rows:
             raise NoteNotFoundError(f"no note {note_id} among your memories")
-        return [{"id": r[0], "note_id": r[1], "event": r[2], "before": json.loads(r[3]) if r[3] else None,
-                 "after": json.loads(r[4]) if r[4] else None, "at": r[5]} for r in rows]
+        return history_events(rows)
 
     def note_total(self) -> int:
         """Number of notes of all owners (kept by a trigger: count(*) is slow on large stores)."""

@@ -1,12 +1,14 @@
 """The PostgreSQL schema of the store: the same versions as SQLite's (biomem.stores.sqlite.schema), as migrations.
 
-Everything lives in the schema `biomem`. Notes, links, history and templates carry their owner and
-have row-level security: a row is visible or writable only when its owner is in the transaction's
-`biomem.admitted` setting, which the store sets after the gate decided (`SET LOCAL`). The engine's
-connections act as the role `biomem_app`, which owns nothing and cannot bypass RLS; the tables
-belong to whoever ran the migration. What the engine needs across owners goes through three
-SECURITY DEFINER functions that return no note text: the gallery of sealed templates (the gate
-must compare a probe with everyone), note counts per owner, and row counts.
+Everything lives in the schema `biomem`. Notes, links, history, templates and the notes hidden from some
+members carry their owner and have row-level security: a row is visible or writable only when its owner is
+in the transaction's `biomem.admitted` setting, which the store sets after the gate decided (`SET LOCAL`).
+An owner is a person or a group (version 5: a household, whose notes its members' probes reach); a
+membership row is visible to the group and to the member. The engine's connections act as the role
+`biomem_app`, which owns nothing and cannot bypass RLS; the tables belong to whoever ran the migration.
+What the engine needs across owners goes through three SECURITY DEFINER functions that return no note
+text: the gallery of sealed templates (the gate must compare a probe with everyone), note counts per
+owner, and row counts.
 
 Primary keys lead with the owner, so `owner_id` can be the Citus distribution column.
 """
@@ -14,6 +16,7 @@ Primary keys lead with the owner, so `owner_id` can be the Citus distribution co
 from __future__ import annotations
 
 APP_ROLE = "biomem_app"
+# the owned tables of version 2 (version 5 adds hidden, by owner_id, and members, by group or member)
 TABLES_WITH_OWNERS = {"notes": "owner_id", "links": "owner_id", "history": "owner_id", "templates": "identity_id"}
 
 # The engine's role; a non-superuser who creates it (PostgreSQL 16+ makes them its admin, not a member
@@ -172,10 +175,50 @@ CREATE TABLE biomem.cooldowns (client text PRIMARY KEY, ends double precision NO
 GRANT SELECT, INSERT, UPDATE, DELETE ON biomem.attempts, biomem.cooldowns TO {APP_ROLE};
 """
 
+# Version 5: groups (households) own notes as people do: identities.kind, members, notes' author and metadata
+# (jsonb: biomem.stores.filters queries it), notes hidden from some members, and who made each history event.
+# Existing notes were written by their owners. A membership row is the group's and the member's.
+_V5 = f"""
+ALTER TABLE biomem.identities ADD COLUMN kind text NOT NULL DEFAULT 'person' CHECK (kind IN ('person', 'group'));
+CREATE TABLE biomem.members (
+    group_id bigint NOT NULL REFERENCES biomem.identities(id) ON DELETE CASCADE,
+    identity_id bigint NOT NULL REFERENCES biomem.identities(id) ON DELETE CASCADE,
+    added text NOT NULL,
+    PRIMARY KEY (group_id, identity_id)
+);
+CREATE INDEX members_by_identity ON biomem.members(identity_id);
+-- who wrote a note: the owner for a person's note, a member for a group's (NULL: an operator's import);
+-- forgetting the author erases it
+ALTER TABLE biomem.notes ADD COLUMN author_id bigint REFERENCES biomem.identities(id) ON DELETE CASCADE,
+    ADD COLUMN metadata jsonb NOT NULL DEFAULT '{{}}';
+UPDATE biomem.notes SET author_id = owner_id;
+CREATE INDEX notes_by_author ON biomem.notes(author_id);
+-- a group's note that some of its members never retrieve ("everyone but Chloe")
+CREATE TABLE biomem.hidden (
+    owner_id bigint NOT NULL,
+    note_id bigint NOT NULL,
+    identity_id bigint NOT NULL REFERENCES biomem.identities(id) ON DELETE CASCADE,
+    PRIMARY KEY (owner_id, note_id, identity_id),
+    FOREIGN KEY (owner_id, note_id) REFERENCES biomem.notes(owner_id, id) ON DELETE CASCADE
+);
+CREATE INDEX hidden_by_identity ON biomem.hidden(identity_id, owner_id);
+ALTER TABLE biomem.history ADD COLUMN actor_id bigint;  -- who made the change (NULL: the operator, or the LLM)
+
+ALTER TABLE biomem.members ENABLE ROW LEVEL SECURITY;
+CREATE POLICY member_rows ON biomem.members
+    USING (group_id = ANY (biomem.admitted()) OR identity_id = ANY (biomem.admitted()))
+    WITH CHECK (group_id = ANY (biomem.admitted()));  -- a membership is written only where its group is admitted
+ALTER TABLE biomem.hidden ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_rows ON biomem.hidden USING (owner_id = ANY (biomem.admitted()))
+    WITH CHECK (owner_id = ANY (biomem.admitted()));
+GRANT SELECT, INSERT, UPDATE, DELETE ON biomem.members, biomem.hidden TO {APP_ROLE};
+"""
+
 # version -> the script that brings the previous version to it. A new store runs them all.
 MIGRATIONS: dict[int, str] = {
     2: _ROLE + _V2 + _V2_DEFINERS + _rls_and_grants(),
     3: _V3,
     4: _V4,  # attempt limits shared by every replica (biomem.identity.limits): client digests, never addresses
+    5: _V5,  # groups (biomem.engine.households)
 }
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -1,17 +1,17 @@
 """PostgreSQL + pgvector store: the same operations as the SQLite store, for several engine processes.
 
 Connections come from a psycopg pool; each acts as the RLS-bound role `biomem_app` (biomem.stores.pg.schema)
-and each note, link, history or template statement runs in a transaction whose `biomem.admitted`
-names the owner it is for. Schema creation, upgrades and copies use one connection as the URL's own
-user, who owns the tables. Generations and the template version live in the database, so every
-process sees the others' writes on its next query.
+and each note, link, history, template or membership statement runs in a transaction whose `biomem.admitted`
+names the owners it is for (a person, or the groups whose notes they reach). Schema creation, upgrades and
+copies use one connection as the URL's own user, who owns the tables. Generations and the template version
+live in the database, so every process sees the others' writes on its next query.
 """
 
 from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,7 +25,8 @@ from ...settings import Settings
 from ...vocabulary import AttemptLimits
 from ..attempts import record_misses
 from ..base import COLUMNS, KEYS, SealedTemplates, SearchIndex, without_password
-from ..records import Identity, check_id, now_iso
+from ..groups import emptied_groups, erase_from_groups
+from ..records import GROUP_KEY_PREFIX, Group, Identity, check_id, metadata_json, now_iso
 from ..sealing import Sealer
 from .note_rows import PgNoteRows, as_array
 from .schema import APP_ROLE, MIGRATIONS, SCHEMA_VERSION
@@ -238,9 +239,67 @@ class PostgresStore(PgNoteRows, SealedTemplates):
             self.add_templates(row[0], modality, templates)
         return Identity(row[0], label, sample)
 
+    def add_group(self, label: str, members: Sequence[int] = ()) -> Identity:
+        """A new group (an owner of notes with no templates) with `members`; labels need not be unique."""
+        with self.transaction() as conn:
+            group_id = conn.execute("INSERT INTO identities (label, label_key, created, kind) "
+                                    "VALUES (%s, %s, %s, 'group') RETURNING id",
+                                    [label, GROUP_KEY_PREFIX + secrets.token_hex(16), now_iso()]).fetchone()[0]
+            for member in members:
+                self.add_member(group_id, member)
+        return Identity(group_id, label, False, "group")
+
+    def add_member(self, group_id: int, identity_id: int) -> bool:
+        """Make a person a member of a group; False when they already were."""
+        with self.transaction():
+            self.group(group_id)
+            self.person(identity_id)
+            with self.transaction([group_id, identity_id]) as conn:
+                return conn.execute("INSERT INTO members VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                                    [int(group_id), int(identity_id), now_iso()]).rowcount == 1
+
+    def remove_member(self, group_id: int, identity_id: int) -> bool:
+        """Take a person out of a group; False when they were not in it."""
+        with self.transaction([group_id, identity_id]) as conn:
+            return conn.execute("DELETE FROM members WHERE group_id = %s AND identity_id = %s",
+                                [int(group_id), int(identity_id)]).rowcount == 1
+
+    def group(self, group_id: int) -> Group:
+        """The group `group_id` with its members; UnknownIdentityError when there is no such group."""
+        found = self._groups("id = %s", [check_id(group_id, "group")])
+        if not found:
+            raise UnknownIdentityError(f"no group with id {group_id}")
+        return found[0]
+
+    def groups_of(self, identity_id: int) -> list[Group]:
+        """The groups a person is a member of, with their members, oldest first."""
+        return self._groups("id IN (SELECT group_id FROM members WHERE identity_id = %s)", [int(identity_id)],
+                            admitted=[int(identity_id)])
+
+    def all_groups(self) -> list[Group]:
+        """Every group with its members (the operator's view)."""
+        return self._groups("true", [])
+
+    def _groups(self, where: str, args: list, admitted: Sequence[int] = ()) -> list[Group]:
+        """The groups matching `where` (seen with `admitted`: a member finds their memberships), then their
+        members, read with those groups admitted."""
+        with self.transaction(admitted) as conn:
+            rows = conn.execute(f"SELECT id, label FROM identities WHERE kind = 'group' AND {where} ORDER BY id",
+                                args).fetchall()
+            groups = {gid: Group(gid, label) for gid, label in rows}
+            if groups:
+                self._admit(conn, [*admitted, *groups])
+                for gid, member, label in conn.execute(
+                        "SELECT m.group_id, m.identity_id, p.label FROM members m JOIN identities p "
+                        "ON p.id = m.identity_id WHERE m.group_id = ANY (%s) ORDER BY m.added, m.identity_id",
+                        [list(groups)]):
+                    groups[gid].members.append(member)
+                    groups[gid].member_labels.append(label)
+        return list(groups.values())
+
     def add_templates(self, identity_id: int, modality: str, templates: np.ndarray) -> None:
         with self.transaction([identity_id]) as conn:
-            self.identity(identity_id)
+            self.person(identity_id)  # a group is never enrolled, so never matched
             with conn.cursor() as cursor:
                 cursor.executemany(
                     "INSERT INTO templates (identity_id, modality, embedding, created) VALUES (%s, %s, %s, %s)",
@@ -255,18 +314,27 @@ class PostgresStore(PgNoteRows, SealedTemplates):
     def templates_version(self) -> str:
         return self.get_meta("templates_version", "0")
 
+    def person(self, identity_id: int) -> Identity:
+        """The enrolled person `identity_id`; UnknownIdentityError for a group or nobody."""
+        found = self.identity(identity_id)
+        if found.kind != "person":
+            raise UnknownIdentityError(f"no person with id {identity_id}")
+        return found
+
     def identity(self, identity_id: int) -> Identity:
+        """The owner `identity_id`, a person or a group; UnknownIdentityError when there is none."""
         with self.reading() as conn:
-            row = conn.execute("SELECT id, label, sample FROM identities WHERE id = %s",
+            row = conn.execute("SELECT id, label, sample, kind FROM identities WHERE id = %s",
                                [check_id(identity_id, "identity")]).fetchone()
         if row is None:
             raise UnknownIdentityError(f"no identity with id {identity_id}")
-        return Identity(row[0], row[1], bool(row[2]))
+        return Identity(row[0], row[1], bool(row[2]), row[3])
 
     def identities(self) -> list[Identity]:
+        """Every enrolled person (groups are not people: all_groups lists them)."""
         with self.transaction() as conn:
             return [Identity(i, label, bool(sample)) for i, label, sample in
-                    conn.execute("SELECT id, label, sample FROM identities ORDER BY id")]
+                    conn.execute("SELECT id, label, sample FROM identities WHERE kind = 'person' ORDER BY id")]
 
     def templates(self, modality: str) -> tuple[np.ndarray, np.ndarray]:
         """(identity ids, opened template matrix) of every template of `modality` (the gallery)."""
@@ -279,12 +347,24 @@ class PostgresStore(PgNoteRows, SealedTemplates):
             return [r[0] for r in conn.execute("SELECT gallery_modalities(%s)",
                                                [None if identity_id is None else int(identity_id)])]
 
-    def delete_identity(self, identity_id: int) -> None:
-        """Delete the identity and, by cascade, its templates, notes, links and history."""
-        with self.transaction([identity_id]) as conn:
+    def delete_identity(self, identity_id: int) -> list[int]:
+        """Delete a person or a group and, by cascade, their templates, notes, links and history. A person's
+        notes in groups go too, with their history, and a group they leave empty goes with its notes. Returns
+        the other owners whose notes changed or went (their search indexes must be dropped). The transaction
+        admits the person and every group: the notes they wrote may be in any group, even one they left."""
+        with self.transaction() as conn:
             self.identity(identity_id)
+            groups = [g for (g,) in conn.execute("SELECT id FROM identities WHERE kind = 'group'")]
+            self._admit(conn, [int(identity_id), *groups])
+            touched, member_of = erase_from_groups(conn.execute, int(identity_id), "%s")
             conn.execute("DELETE FROM identities WHERE id = %s", [int(identity_id)])
+            for group in touched:
+                conn.execute("UPDATE identities SET generation = generation + 1 WHERE id = %s", [group])
+            emptied = emptied_groups(conn.execute, member_of, "%s")
+            for group in emptied:
+                conn.execute("DELETE FROM identities WHERE id = %s", [group])
             self._bump_templates(conn)
+        return sorted(set(touched) | set(emptied))
 
     def rekey(self, key: bytes) -> None:
         """Re-seal every template (and the check value) under `key`, in one transaction."""
@@ -379,16 +459,19 @@ class PostgresStore(PgNoteRows, SealedTemplates):
 
 
 def _portable(column: str, value: Any) -> Any:
-    """A PostgreSQL value as the SQLite store exports it (float32 bytes, 0/1)."""
+    """A PostgreSQL value as the SQLite store exports it (float32 bytes, 0/1, metadata as JSON text)."""
     if column == "embedding" and not isinstance(value, bytes):
         return as_array(value).tobytes()
     if column == "sample":
         return int(value)
+    if column == "metadata":  # jsonb, read as a dict: the text SQLite keeps (records.metadata_json)
+        return metadata_json(value)
     return value
 
 
 def _native(table: str, column: str, value: Any) -> Any:
-    """An exported value as this store keeps it (note embeddings as vectors, sample as a boolean)."""
+    """An exported value as this store keeps it (note embeddings as vectors, sample as a boolean; metadata's
+    JSON text goes into the jsonb column as it is)."""
     if table == "notes" and column == "embedding":
         return np.frombuffer(value, dtype=np.float32)
     if column == "sample":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -17,7 +17,19 @@ import numpy as np
 import sqlite_utils
 
 from ...errors import NoteNotFoundError
-from ..records import NOTE_COLUMNS, Identity, Note, check_id, from_blob, now_iso, to_blob
+from ..filters import Filter, compile_filter
+from ..records import (
+    NOTE_COLUMNS,
+    Identity,
+    Note,
+    authorship,
+    check_id,
+    from_blob,
+    history_events,
+    now_iso,
+    snapshot,
+    to_blob,
+)
 
 
 class NoteRows:
@@ -53,12 +65,15 @@ class NoteRows:
             ids = []
             for note, vector in zip(notes, vectors):
                 note_id = db.execute(
-                    "INSERT INTO notes (owner_id, content, timestamp, keywords, tags, context, embedding) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO notes (owner_id, content, timestamp, keywords, tags, context, embedding, "
+                    "author_id, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [owner_id, note["content"], note["timestamp"], json.dumps(note["keywords"]),
-                     json.dumps(note["tags"]), note["context"], to_blob(vector)]).lastrowid
+                     json.dumps(note["tags"]), note["context"], to_blob(vector), *authorship(owner_id, note)]
+                ).lastrowid
                 ids.append(note_id)
-                self._record(db, owner_id, note_id, "add", None, note)
+                db.conn.executemany("INSERT INTO hidden VALUES (?, ?, ?)",
+                                    [(owner_id, note_id, int(i)) for i in note.get("hidden_from", ())])
+                self._record(db, owner_id, note_id, "add", None, note, note.get("author"))
             generation = self._bump_generation(db, owner_id)
         return ids, generation
 
@@ -70,21 +85,30 @@ class NoteRows:
         return row
 
     def _links(self, note_ids: list[int]) -> dict[int, list[int]]:
-        links: dict[int, list[int]] = {i: [] for i in note_ids}
+        return self._per_note(note_ids, "SELECT source_id, target_id FROM links WHERE source_id IN ({}) "
+                                        "ORDER BY target_id")
+
+    def _hidden(self, note_ids: list[int]) -> dict[int, list[int]]:
+        return self._per_note(note_ids, "SELECT note_id, identity_id FROM hidden WHERE note_id IN ({}) "
+                                        "ORDER BY identity_id")
+
+    def _per_note(self, note_ids: list[int], sql: str) -> dict[int, list[int]]:
+        found: dict[int, list[int]] = {i: [] for i in note_ids}
         for chunk_start in range(0, len(note_ids), 500):
             chunk = note_ids[chunk_start:chunk_start + 500]
-            marks = ",".join("?" * len(chunk))
-            for source, target in self.db.execute(
-                    f"SELECT source_id, target_id FROM links WHERE source_id IN ({marks}) "
-                    "ORDER BY target_id", chunk):
-                links[source].append(target)
-        return links
+            for note, value in self.db.execute(sql.format(",".join("?" * len(chunk))), chunk):
+                found[note].append(value)
+        return found
+
+    def _from_rows(self, rows: Sequence[tuple]) -> list[Note]:
+        ids = [r[0] for r in rows]
+        links, hidden = self._links(ids), self._hidden(ids)
+        return [Note.from_row(r, links[r[0]], hidden[r[0]]) for r in rows]
 
     def get_note(self, owner_id: int, note_id: int) -> Note:
         """The note `note_id` if `owner_id` owns it, else NoteNotFoundError."""
         with self.lock:
-            row = self._note_row(owner_id, note_id)
-            return Note.from_row(row, self._links([row[0]])[row[0]])
+            return self._from_rows([self._note_row(owner_id, note_id)])[0]
 
     def get_notes(self, owner_id: int, note_ids: Iterable[int]) -> list[Note]:
         """Notes of `owner_id` among `note_ids`, in the given order (others are skipped)."""
@@ -101,8 +125,8 @@ class NoteRows:
                         f"WHERE +owner_id = ? AND id IN ({marks})",  # '+': look up by id, then check
                         [int(owner_id), *chunk]):
                     rows[row[0]] = row
-            links = self._links(list(rows))
-        return [Note.from_row(rows[i], links[i]) for i in wanted if i in rows]
+            found = {n.id: n for n in self._from_rows(list(rows.values()))}
+        return [found[i] for i in wanted if i in found]
 
     def all_notes(self, owner_id: int) -> list[Note]:
         """Every note of `owner_id`, oldest first."""
@@ -110,8 +134,65 @@ class NoteRows:
             rows = self.db.execute(
                 f"SELECT {NOTE_COLUMNS} FROM notes "
                 "WHERE owner_id = ? ORDER BY timestamp, id", [int(owner_id)]).fetchall()
-            links = self._links([r[0] for r in rows])
-        return [Note.from_row(r, links[r[0]]) for r in rows]
+            return self._from_rows(rows)
+
+    def find_note(self, owners: Sequence[int], note_id: int) -> Note:
+        """The note `note_id` if one of `owners` owns it, else NoteNotFoundError."""
+        marks = ", ".join("?" * len(owners))
+        with self.lock:
+            row = self.db.execute(f"SELECT {NOTE_COLUMNS} FROM notes WHERE id = ? AND owner_id IN ({marks})",
+                                  [check_id(note_id), *[int(o) for o in owners]]).fetchone()
+            if row is None:
+                raise NoteNotFoundError(f"no note {note_id} among your memories")
+            return self._from_rows([row])[0]
+
+    def list_notes(self, owners: Sequence[int], *, where: Filter | None = None, excluded: Collection[int] = (),
+                   offset: int = 0, limit: int | None = None) -> tuple[list[Note], int]:
+        """One page of the notes of `owners` that match `where` and are not `excluded`, oldest first, and
+        how many there are in all."""
+        condition, args = self._condition(owners, where, excluded)
+        with self.lock:
+            (total,) = self.db.execute(f"SELECT count(*) FROM notes WHERE {condition}", args).fetchone()
+            rows = self.db.execute(f"SELECT {NOTE_COLUMNS} FROM notes WHERE {condition} ORDER BY timestamp, id "
+                                   "LIMIT ? OFFSET ?", [*args, -1 if limit is None else int(limit),
+                                                        int(offset)]).fetchall()
+            return self._from_rows(rows), int(total)
+
+    def note_ids_where(self, owner_id: int, where: Filter) -> np.ndarray:
+        """Ids of the owner's notes that match `where` (a search's filter, applied before its top-K)."""
+        condition, args = self._condition([owner_id], where, ())
+        with self.lock:
+            return np.array([r[0] for r in self.db.execute(f"SELECT id FROM notes WHERE {condition}", args)],
+                            dtype=np.int64)
+
+    @staticmethod
+    def _condition(owners: Sequence[int], where: Filter | None, excluded: Collection[int]) -> tuple[str, list]:
+        sql, args = f"owner_id IN ({', '.join('?' * len(owners))})", [int(o) for o in owners]
+        if excluded:
+            sql += f" AND id NOT IN ({', '.join('?' * len(excluded))})"
+            args += [int(i) for i in excluded]
+        if where is not None:
+            expression, values = compile_filter(where, "sqlite")
+            sql, args = f"{sql} AND ({expression})", [*args, *values]
+        return sql, args
+
+    def hidden_notes(self, people: Sequence[int], owners: Sequence[int]) -> set[int]:
+        """Ids of the notes of `owners` (groups) hidden from any of `people`."""
+        if not people or not owners:
+            return set()
+        with self.lock:
+            return {r[0] for r in self.db.execute(
+                f"SELECT note_id FROM hidden WHERE identity_id IN ({', '.join('?' * len(people))}) "
+                f"AND owner_id IN ({', '.join('?' * len(owners))})", [*map(int, people), *map(int, owners)])}
+
+    def audiences(self, owner_id: int) -> dict[int, frozenset[int]]:
+        """Note id -> the members it is hidden from, for the owner's notes hidden from anyone."""
+        found: dict[int, set[int]] = {}
+        with self.lock:
+            for note, person in self.db.execute("SELECT note_id, identity_id FROM hidden WHERE owner_id = ?",
+                                                [int(owner_id)]):
+                found.setdefault(note, set()).add(person)
+        return {note: frozenset(people) for note, people in found.items()}
 
     def note_vectors(self, owner_id: int) -> tuple[np.ndarray, np.ndarray, int]:
         """(note ids, embedding matrix, generation) of one owner's partition, oldest first."""
@@ -124,7 +205,7 @@ class NoteRows:
         return ids, matrix, generation
 
     def update_note(self, owner_id: int, note_id: int, event: str, vector: np.ndarray | None = None,
-                    **fields: Any) -> tuple[Note, int]:
+                    actor: int | None = None, **fields: Any) -> tuple[Note, int]:
         """Change fields of an owned note and record before/after; returns it and the generation."""
         with self.transaction() as db:
             before = self.get_note(owner_id, note_id)
@@ -138,11 +219,12 @@ class NoteRows:
             db.execute(f"UPDATE notes SET {assignments} WHERE id = ? AND owner_id = ?",
                        [*values.values(), int(note_id), int(owner_id)])
             after = self.get_note(owner_id, note_id)
-            self._record(db, owner_id, note_id, event, before.snapshot(), after.snapshot())
+            self._record(db, owner_id, note_id, event, before.snapshot(), after.snapshot(), actor)
             generation = self._bump_generation(db, owner_id)
         return after, generation
 
-    def delete_note(self, owner_id: int, note_id: int, *, keep_history: bool = False) -> tuple[Note, int]:
+    def delete_note(self, owner_id: int, note_id: int, *, keep_history: bool = False,
+                    actor: int | None = None) -> tuple[Note, int]:
         """Delete an owned note (its links cascade); returns it and the owner's new generation.
         Its history keeps only events and times unless `keep_history` (the audit trail with texts)."""
         with self.transaction() as db:
@@ -151,17 +233,17 @@ class NoteRows:
             if not keep_history:
                 db.execute("UPDATE history SET before = NULL, after = NULL WHERE owner_id = ? AND note_id = ?",
                            [int(owner_id), int(note_id)])
-            self._record(db, owner_id, note_id, "delete", before.snapshot() if keep_history else None, None)
+            self._record(db, owner_id, note_id, "delete", before.snapshot() if keep_history else None, None, actor)
             generation = self._bump_generation(db, owner_id)
         return before, generation
 
     @staticmethod
     def _record(db: sqlite_utils.Database, owner_id: int, note_id: int, event: str,
-                before: dict | None, after: dict | None) -> None:
-        db.execute("INSERT INTO history (owner_id, note_id, event, before, after, at) "
-                   "VALUES (?, ?, ?, ?, ?, ?)",
-                   [owner_id, note_id, event, json.dumps(before) if before else None,
-                    json.dumps(after) if after else None, now_iso()])
+                before: dict | None, after: dict | None, actor: int | None = None) -> None:
+        db.execute("INSERT INTO history (owner_id, note_id, event, before, after, at, actor_id) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                   [owner_id, note_id, event, json.dumps(snapshot(before)) if before else None,
+                    json.dumps(snapshot(after)) if after else None, now_iso(), actor])
 
     def add_links(self, owner_id: int, source_id: int, target_ids: Iterable[int]) -> None:
         """Link an owned note to other notes of the same owner (the trigger refuses others)."""
@@ -174,13 +256,11 @@ class NoteRows:
     def history(self, owner_id: int, note_id: int) -> list[dict[str, Any]]:
         with self.lock:
             rows = self.db.execute(
-                "SELECT id, note_id, event, before, after, at FROM history "
+                "SELECT id, note_id, event, before, after, at, actor_id FROM history "
                 "WHERE owner_id = ? AND note_id = ? ORDER BY id", [int(owner_id), check_id(note_id)]).fetchall()
         if not rows:
             raise NoteNotFoundError(f"no note {note_id} among your memories")
-        return [{"id": r[0], "note_id": r[1], "event": r[2],
-                 "before": json.loads(r[3]) if r[3] else None,
-                 "after": json.loads(r[4]) if r[4] else None, "at": r[5]} for r in rows]
+        return history_events(rows)
 
     def note_total(self) -> int:
         """Number of notes of all owners (kept by triggers: COUNT(*) is slow on large stores)."""

@@ -1,16 +1,18 @@
-"""The SQLite schema of the store, version 4, as one script and as the statements it runs."""
+"""The SQLite schema of the store, version 5, as one script and as the statements it runs."""
 
 from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Version 2: ids are AUTOINCREMENT (never reused, so nothing keyed by an id can reach a later
 # person), labels are unique case-insensitively, templates are sealed, thresholds carry a
 # stricter step-up τ, identities say whether they are sample people (see disclosure).
 # Version 3: service API keys (biomem.engine.keys), kept as SHA-256 digests only.
 # Version 4: attempt limits (biomem.identity.limits) in the store, shared by every process serving it.
+# Version 5: groups (households) own notes as people do: identities.kind, members, notes' author and
+# metadata, notes hidden from some members, and who made each history event (V5_COLUMNS on upgrade).
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS identities (
@@ -19,8 +21,16 @@ CREATE TABLE IF NOT EXISTS identities (
     label_key TEXT NOT NULL UNIQUE,  -- casefolded label
     created TEXT NOT NULL,
     generation INTEGER NOT NULL DEFAULT 0,  -- bumped on every change to the owner's notes
-    sample INTEGER NOT NULL DEFAULT 0  -- 1: a demo/sample person, not a real enrolment
+    sample INTEGER NOT NULL DEFAULT 0,  -- 1: a demo/sample person, not a real enrolment
+    kind TEXT NOT NULL DEFAULT 'person' CHECK (kind IN ('person', 'group'))  -- a group has no templates
 );
+CREATE TABLE IF NOT EXISTS members (
+    group_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
+    identity_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
+    added TEXT NOT NULL,
+    PRIMARY KEY (group_id, identity_id)
+);
+CREATE INDEX IF NOT EXISTS members_by_identity ON members(identity_id);
 CREATE TABLE IF NOT EXISTS templates (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     identity_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
@@ -37,9 +47,22 @@ CREATE TABLE IF NOT EXISTS notes (
     keywords TEXT NOT NULL DEFAULT '[]',
     tags TEXT NOT NULL DEFAULT '[]',
     context TEXT NOT NULL DEFAULT '',
-    embedding BLOB NOT NULL
+    embedding BLOB NOT NULL,
+    -- who wrote it: the owner for a person's note, a member for a group's (NULL: an operator's import);
+    -- forgetting the author erases it
+    author_id INTEGER REFERENCES identities(id) ON DELETE CASCADE,
+    metadata TEXT NOT NULL DEFAULT '{}'  -- a JSON object (biomem.stores.filters.check_metadata)
 );
 CREATE INDEX IF NOT EXISTS notes_by_owner ON notes(owner_id, timestamp);
+CREATE INDEX IF NOT EXISTS notes_by_author ON notes(author_id);
+-- a group's note that some of its members never retrieve ("everyone but Chloe")
+CREATE TABLE IF NOT EXISTS hidden (
+    owner_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
+    note_id INTEGER NOT NULL REFERENCES notes(id) ON DELETE CASCADE,
+    identity_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
+    PRIMARY KEY (note_id, identity_id)
+);
+CREATE INDEX IF NOT EXISTS hidden_by_identity ON hidden(identity_id, owner_id);
 INSERT OR IGNORE INTO meta VALUES ('note_total', '0');
 CREATE TRIGGER IF NOT EXISTS notes_counted AFTER INSERT ON notes
 BEGIN UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'note_total'; END;
@@ -63,7 +86,8 @@ CREATE TABLE IF NOT EXISTS history (
     event TEXT NOT NULL,          -- add | update | evolve | delete
     before TEXT,
     after TEXT,
-    at TEXT NOT NULL
+    at TEXT NOT NULL,
+    actor_id INTEGER  -- who made the change (NULL: the operator, or the LLM's evolution)
 );
 CREATE INDEX IF NOT EXISTS history_by_note ON history(owner_id, note_id);
 CREATE TABLE IF NOT EXISTS thresholds (
@@ -95,6 +119,15 @@ CREATE TABLE IF NOT EXISTS cooldowns (
     strikes INTEGER NOT NULL  -- cool-downs earned so far (each doubles the next)
 );
 """
+
+# Columns version 5 adds to tables that exist (before its new tables are created), and the rows it fills.
+V5_COLUMNS = (
+    "ALTER TABLE identities ADD COLUMN kind TEXT NOT NULL DEFAULT 'person' CHECK (kind IN ('person', 'group'))",
+    "ALTER TABLE notes ADD COLUMN author_id INTEGER REFERENCES identities(id) ON DELETE CASCADE",
+    "ALTER TABLE notes ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'",
+    "ALTER TABLE history ADD COLUMN actor_id INTEGER",
+    "UPDATE notes SET author_id = owner_id",
+)
 
 
 def statements(script: str) -> list[str]:

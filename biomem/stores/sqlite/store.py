@@ -15,7 +15,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -28,12 +28,13 @@ from ...settings import Settings
 from ...vocabulary import AttemptLimits
 from ..attempts import record_misses
 from ..base import COLUMNS, KEYS, SealedTemplates, SearchIndex
+from ..groups import emptied_groups, erase_from_groups
 from ..partitions import HNSW_THRESHOLD, Partitions
-from ..records import Identity, check_id, now_iso
+from ..records import GROUP_KEY_PREFIX, Group, Identity, check_id, now_iso
 from ..sealing import Sealer
 from .migrations import migrate_1_to_2
 from .note_rows import NoteRows
-from .schema import SCHEMA, SCHEMA_VERSION, statements
+from .schema import SCHEMA, SCHEMA_VERSION, V5_COLUMNS, statements
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,8 @@ class Store(NoteRows, SealedTemplates):
     def _migrate(self, version: int) -> None:
         """Upgrade in one transaction (foreign keys off while tables are rebuilt), then compact.
         1 → 2 rebuilds every table (see biomem.stores.sqlite.migrations); 2 → 3 adds the api_keys table, 3 → 4
-        the attempt-limit tables."""
-        if version not in (1, 2, 3):
+        the attempt-limit tables, 4 → 5 groups (V5_COLUMNS, then the new tables)."""
+        if version not in (1, 2, 3, 4):
             raise StoreCorruptError(f"{self.path} has schema version {version}: no migration from it")
         with self.lock:
             self.db.execute("PRAGMA foreign_keys=OFF")
@@ -104,7 +105,10 @@ class Store(NoteRows, SealedTemplates):
                 with self.transaction() as db:
                     if version == 1:
                         migrate_1_to_2(db.conn, self._create_schema, self._seal_row)
+                        db.execute(V5_COLUMNS[-1])  # the rebuilt notes have the author column: fill it
                     else:
+                        for statement in V5_COLUMNS:
+                            db.execute(statement)
                         self._create_schema()
                     db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
                     self._write_key_check(db)
@@ -234,9 +238,62 @@ class Store(NoteRows, SealedTemplates):
             self.add_templates(identity_id, modality, templates)
         return Identity(identity_id, label, sample)
 
+    def add_group(self, label: str, members: Sequence[int] = ()) -> Identity:
+        """A new group (an owner of notes with no templates) with `members`; labels need not be unique."""
+        with self.transaction() as db:
+            group_id = db.execute("INSERT INTO identities (label, label_key, created, kind) VALUES (?, ?, ?, 'group')",
+                                  [label, GROUP_KEY_PREFIX + secrets.token_hex(16), now_iso()]).lastrowid
+            for member in members:
+                self.add_member(group_id, member)
+        return Identity(group_id, label, False, "group")
+
+    def add_member(self, group_id: int, identity_id: int) -> bool:
+        """Make a person a member of a group; False when they already were."""
+        with self.transaction() as db:
+            self.group(group_id)
+            self.person(identity_id)
+            return db.execute("INSERT OR IGNORE INTO members VALUES (?, ?, ?)",
+                              [int(group_id), int(identity_id), now_iso()]).rowcount == 1
+
+    def remove_member(self, group_id: int, identity_id: int) -> bool:
+        """Take a person out of a group; False when they were not in it."""
+        with self.transaction() as db:
+            return db.execute("DELETE FROM members WHERE group_id = ? AND identity_id = ?",
+                              [int(group_id), int(identity_id)]).rowcount == 1
+
+    def group(self, group_id: int) -> Group:
+        """The group `group_id` with its members; UnknownIdentityError when there is no such group."""
+        found = self._groups("i.id = ?", [check_id(group_id, "group")])
+        if not found:
+            raise UnknownIdentityError(f"no group with id {group_id}")
+        return found[0]
+
+    def groups_of(self, identity_id: int) -> list[Group]:
+        """The groups a person is a member of, with their members, oldest first."""
+        return self._groups("i.id IN (SELECT group_id FROM members WHERE identity_id = ?)", [int(identity_id)])
+
+    def all_groups(self) -> list[Group]:
+        """Every group with its members (the operator's view)."""
+        return self._groups("1", [])
+
+    def _groups(self, where: str, args: list) -> list[Group]:
+        with self.lock:
+            rows = self.db.execute(f"SELECT i.id, i.label FROM identities i WHERE i.kind = 'group' AND {where} "
+                                   "ORDER BY i.id", args).fetchall()
+            groups = {gid: Group(gid, label) for gid, label in rows}
+            if groups:
+                marks = ", ".join("?" * len(groups))
+                for gid, member, label in self.db.execute(
+                        f"SELECT m.group_id, m.identity_id, p.label FROM members m JOIN identities p "
+                        f"ON p.id = m.identity_id WHERE m.group_id IN ({marks}) ORDER BY m.added, m.identity_id",
+                        list(groups)):
+                    groups[gid].members.append(member)
+                    groups[gid].member_labels.append(label)
+        return list(groups.values())
+
     def add_templates(self, identity_id: int, modality: str, templates: np.ndarray) -> None:
         with self.transaction() as db:
-            self.identity(identity_id)
+            self.person(identity_id)  # a group is never enrolled, so never matched
             db.conn.executemany(
                 "INSERT INTO templates (identity_id, modality, embedding, created) VALUES (?, ?, ?, ?)",
                 [(identity_id, modality, self._seal_row(t, identity_id, modality), now_iso())
@@ -251,18 +308,27 @@ class Store(NoteRows, SealedTemplates):
     def templates_version(self) -> str:
         return self.get_meta("templates_version", "0")
 
+    def person(self, identity_id: int) -> Identity:
+        """The enrolled person `identity_id`; UnknownIdentityError for a group or nobody."""
+        found = self.identity(identity_id)
+        if found.kind != "person":
+            raise UnknownIdentityError(f"no person with id {identity_id}")
+        return found
+
     def identity(self, identity_id: int) -> Identity:
+        """The owner `identity_id`, a person or a group; UnknownIdentityError when there is none."""
         with self.lock:
-            row = self.db.execute("SELECT id, label, sample FROM identities WHERE id = ?",
+            row = self.db.execute("SELECT id, label, sample, kind FROM identities WHERE id = ?",
                                   [check_id(identity_id, "identity")]).fetchone()
         if row is None:
             raise UnknownIdentityError(f"no identity with id {identity_id}")
-        return Identity(row[0], row[1], bool(row[2]))
+        return Identity(row[0], row[1], bool(row[2]), row[3])
 
     def identities(self) -> list[Identity]:
+        """Every enrolled person (groups are not people: all_groups lists them)."""
         with self.lock:
             return [Identity(i, label, bool(sample)) for i, label, sample in
-                    self.db.execute("SELECT id, label, sample FROM identities ORDER BY id")]
+                    self.db.execute("SELECT id, label, sample FROM identities WHERE kind = 'person' ORDER BY id")]
 
     def templates(self, modality: str) -> tuple[np.ndarray, np.ndarray]:
         """(identity ids, opened template matrix) of every template of `modality`, grouped by identity."""
@@ -278,13 +344,22 @@ class Store(NoteRows, SealedTemplates):
             return [r[0] for r in self.db.execute(
                 f"SELECT DISTINCT modality FROM templates {where} ORDER BY 1", args)]
 
-    def delete_identity(self, identity_id: int) -> None:
-        """Delete the identity and, by cascade, its templates, notes, links and history (secure_delete
-        zeroes the main file's pages; checkpoint() then empties the WAL)."""
+    def delete_identity(self, identity_id: int) -> list[int]:
+        """Delete a person or a group and, by cascade, their templates, notes, links and history (secure_delete
+        zeroes the main file's pages; checkpoint() then empties the WAL). A person's notes in groups go too,
+        with their history, and a group they leave empty goes with its notes. Returns the other owners whose
+        notes changed or went (their search indexes must be dropped)."""
         with self.transaction() as db:
             self.identity(identity_id)
+            touched, member_of = erase_from_groups(db.execute, int(identity_id), "?")
             db.execute("DELETE FROM identities WHERE id = ?", [int(identity_id)])
+            for group in touched:
+                db.execute("UPDATE identities SET generation = generation + 1 WHERE id = ?", [group])
+            emptied = emptied_groups(db.execute, member_of, "?")
+            for group in emptied:
+                db.execute("DELETE FROM identities WHERE id = ?", [group])
             self._bump_templates(db)
+        return sorted(set(touched) | set(emptied))
 
     # service API keys (biomem.engine.keys): digests only
     def add_api_key(self, name: str, role: str, digest: str, prefix: str) -> int:
