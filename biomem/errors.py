@@ -39,6 +39,14 @@ class NoteNotFoundError(BioMemError, LookupError):
     """
 
 
+class GroupNotFoundError(BioMemError, LookupError):
+    """No group with that id among the requester's groups (or that member in it).
+
+    A group the requester is not in raises this same error: a non-member learns nothing of a
+    group, not even that it exists.
+    """
+
+
 class StoreCorruptError(BioMemError, RuntimeError):
     """The database file is not a Bio-Memory store (or is damaged); it is left untouched."""
 
@@ -69,7 +77,7 @@ class EnrolmentRefusedError(EnrolmentError):
 
 
 class TextTooLongError(InvalidInputError):
-    """A memory or a question longer than the engine takes (biomem.engine.memory's MAX_NOTE_CHARS and
+    """A memory or a question longer than the engine takes (biomem.engine.checks' MAX_NOTE_CHARS and
     MAX_QUESTION_CHARS); nothing was stored."""
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ..stores.records import Identity, Note
+from ..stores.records import Group, Identity, Note
 from .memory import BioMemory
 from .results import Answer, SearchResult
 from .sessions import Session
@@ -70,6 +70,21 @@ class AsyncBioMemory:
     async def session(self, probe: Any, **kwargs: Any) -> AsyncSession:
         return AsyncSession(self, await self.run(self.mem.session, probe, **kwargs))
 
+    async def create_group(self, label: str, **kwargs: Any) -> Group:
+        return await self.run(self.mem.create_group, label, **kwargs)
+
+    async def add_member(self, group: int, **kwargs: Any) -> Group:
+        return await self.run(self.mem.add_member, group, **kwargs)
+
+    async def remove_member(self, group: int, member: int, **kwargs: Any) -> Group | None:
+        return await self.run(self.mem.remove_member, group, member, **kwargs)
+
+    async def groups(self, **kwargs: Any) -> list[Group]:
+        return await self.run(self.mem.groups, **kwargs)
+
+    async def delete_group(self, group: int, **kwargs: Any) -> int:
+        return await self.run(self.mem.delete_group, group, **kwargs)
+
     def close(self) -> None:
         """Wait for running calls, then close the engine."""
         self._pool.shutdown(wait=True)
@@ -99,8 +114,11 @@ class AsyncSession:
     async def get(self, note_id: int) -> Note:
         return await self.amem.run(self.session.get, note_id)
 
-    async def get_all(self) -> list[Note]:
-        return await self.amem.run(self.session.get_all)
+    async def get_all(self, **kwargs: Any) -> list[Note]:
+        return await self.amem.run(self.session.get_all, **kwargs)
+
+    async def groups(self) -> list[Group]:
+        return await self.amem.run(self.session.groups)
 
     async def add(self, text: str, **kwargs: Any) -> Note:
         return await self.amem.run(self.session.add, text, **kwargs)

@@ -22,7 +22,14 @@ import numpy as np
 
 import modalities
 
-from ..errors import DisclosureError, InvalidInputError, StoreCorruptError, TextTooLongError, UnknownIdentityError
+from ..errors import (
+    DisclosureError,
+    InvalidInputError,
+    NotAuthorisedError,
+    NoteNotFoundError,
+    StoreCorruptError,
+    UnknownIdentityError,
+)
 from ..identity.biometrics import Biometrics, Clients
 from ..identity.disclosure import gate_view, kept_out_view, people_view
 from ..identity.encoders import EncoderCache
@@ -32,25 +39,31 @@ from ..notes.agent import MemoryAgent
 from ..notes.llm import LLM, answer_prompt, fit_notes, make_llm
 from ..notes.textenc import TextEncoder, default_onnx_cache
 from ..notes.timeparse import parse_timestamp
-from ..settings import MIN_PROMPT_TOKENS, Settings
+from ..settings import Settings
 from ..stores import MemoryStore, is_postgres, open_store, sqlite_path
-from ..stores.records import Note, check_id
+from ..stores.base import Within
+from ..stores.filters import Filter, check_metadata, parse_filters
+from ..stores.records import Identity, Note, check_id
 from ..vocabulary import DISCLOSURES, FUSIONS, POLICIES, AttemptLimits
+from .checks import (
+    check_budget,
+    check_k,
+    check_links,
+    check_note,
+    check_page,
+    check_question,
+    check_threshold,
+)
+from .households import Households
 from .results import Answer, SearchResult
 from .sessions import DEFAULT_TTL, Session, Sessions
 
 DEFAULT_ENCODER = "face-arcface-s"  # the paper's face encoder (ArcFace, insightface buffalo_s)
-# A memory is refused past MAX_NOTE_CHARS characters rather than split: a split would make one text
-# several notes that the LLM analyses, links and evolves apart, and one add would return many ids.
-# 2,000 characters is a long paragraph (LoCoMo's longest turn is 454); the text encoder reads about
-# the first 1,000 of it anyway. A question or query is refused past MAX_QUESTION_CHARS.
-MAX_NOTE_CHARS = 2_000
-MAX_QUESTION_CHARS = 1_000
 
 log = logging.getLogger(__name__)
 
 
-class BioMemory(Biometrics):
+class BioMemory(Households, Biometrics):
     """Identity-gated agentic memory over one store: an SQLite file or a PostgreSQL database.
 
     path: the database: an SQLite file (derived indexes in `<path>.index/`; also `sqlite:///path`) or a
@@ -172,21 +185,24 @@ class BioMemory(Biometrics):
 
     def forget(self, *, probe: Any = None, identity: int | None = None, client: Clients = None,
                timeout: float = 10.0) -> int:
-        """Erase the requester (step-up `probe`) or, as the operator, `identity`: notes, links,
-        history, templates and index files. Returns the erased id once no byte of it is left
-        in the database, its WAL or the index folder (ForgetIncompleteError otherwise)."""
+        """Erase the requester (step-up `probe`) or, as the operator, person `identity`: notes, links,
+        history, templates and index files, their memberships and every note they wrote in a group (a group
+        left without members goes too). Returns the erased id once no byte of it is left in the database,
+        its WAL or the index folder (ForgetIncompleteError otherwise)."""
         if (identity is None) == (probe is None):
             raise InvalidInputError("forget() takes exactly one of probe= or identity=")
         if self.store.erasure_pending:
             self.finish_erasure(timeout)
         owner = self.verify(probe, "Forgetting you", client=client) if probe is not None \
-            else self.store.identity(identity).id
+            else self.store.person(identity).id
         self.sessions.end_all(owner)
+        touched: list[int] = []
         try:
-            self.store.delete_identity(owner)
+            touched = self.store.delete_identity(owner)
         finally:
-            self.partitions.drop(owner)
-            self.llm.drop_owner(owner)
+            for erased in (owner, *touched):  # their groups' indexes held their notes' vectors too
+                self.partitions.drop(erased)
+                self.llm.drop_owner(erased)
         self.store.checkpoint(timeout)
         return owner
 
@@ -197,51 +213,82 @@ class BioMemory(Biometrics):
 
     # ---- memories -----------------------------------------------------------------------------
 
-    def add(self, text: str, *, identity: int | None = None, probe: Any = None,
+    def add(self, text: str, *, identity: int | None = None, probe: Any = None, scope: int | None = None,
+            hidden_from: Sequence[int] = (), metadata: dict[str, Any] | None = None,
             timestamp: Any = None, client: Clients = None, infer: bool = True) -> Note:
-        """Remember `text` for `identity` (trusted import) or for whoever `probe` matches;
-        infer=False stores the text as given (embedded; no LLM analysis, links or evolution)."""
+        """Remember `text` for `identity` (trusted import: a person, or a group straight into its notes) or for
+        whoever `probe` matches; infer=False stores the text as given (embedded; no LLM analysis, links or
+        evolution). `scope`: a group of the writer's to write into instead of their own notes, `hidden_from`
+        members of it who must never retrieve the note; `metadata` a small JSON object that filters read."""
         text = check_note(text)
         when = parse_timestamp(timestamp)
+        metadata = check_metadata(metadata)
         if (identity is None) == (probe is None):
             raise InvalidInputError("add() takes exactly one of identity= or probe=")
-        owner = self.store.identity(identity).id if identity is not None else self._owner(probe, client)
-        (note_id,) = self.agent.ingest(owner, [text], [when], infer=bool(infer))
+        writer = self.store.identity(identity if identity is not None else self._owner(probe, client))
+        owner, author, hidden = self._placement(writer, scope, hidden_from)
+        (note_id,) = self.agent.ingest(owner, [text], [when], infer=bool(infer), author=author,
+                                       metadata=metadata, hidden_from=hidden)
         return self.store.get_note(owner, note_id)
+
+    def _placement(self, writer: Identity, scope: int | None, hidden_from: Sequence[int]) -> tuple[int, int | None,
+                                                                                                    list[int]]:
+        """(owner, author, hidden member ids) of a note `writer` writes into `scope`."""
+        if writer.kind == "group":  # the operator's import into a group: nobody wrote it
+            if scope is not None:
+                raise InvalidInputError("a note imported into a group takes no scope")
+            return writer.id, None, self.check_audience(self.store.group(writer.id), None, hidden_from)
+        if scope is None:
+            if hidden_from:
+                raise InvalidInputError("hidden_from applies to a household's note: give its scope too")
+            return writer.id, writer.id, []
+        group = self._member_group(writer.id, check_id(scope, "group"))
+        return group.id, writer.id, self.check_audience(group, writer.id, hidden_from)
 
     def add_many(self, texts: Sequence[str], *, identity: int, timestamps: Sequence[Any] | None = None,
                  batch_size: int = 256) -> list[int]:
         """Trusted bulk import of one owner's history, embedded in batches; returns note ids."""
-        owner = self.store.identity(identity).id
+        owner = self.store.identity(identity)  # a person, or a group (its shared notes, author unknown)
+        author = owner.id if owner.kind == "person" else None
         texts = [check_note(t) for t in texts]
         stamps = [parse_timestamp(t) for t in (timestamps or [None] * len(texts))]
         if len(stamps) != len(texts):
             raise InvalidInputError("add_many needs one timestamp per text")
         ids: list[int] = []
         for start in range(0, len(texts), batch_size):
-            ids += self.agent.ingest(owner, texts[start:start + batch_size], stamps[start:start + batch_size])
+            ids += self.agent.ingest(owner.id, texts[start:start + batch_size], stamps[start:start + batch_size],
+                                     author=author)
         return ids
 
     def search(self, query: str | np.ndarray, *, probe: Any, k: int | None = None, links: int = 0,
+               filters: dict[str, Any] | None = None, threshold: float | None = None,
                policy: str | None = None, client: Clients = None) -> SearchResult:
-        """Gate the probe, then rank the admitted partitions' notes by cosine to `query`.
+        """Gate the probe, then rank the notes the admitted people may read (their own and their groups', less
+        those hidden from them) by cosine to `query`.
 
-        `query` is a text or a precomputed unit-norm text embedding. `links`: up to that many
-        linked notes per hit are added as `linked` (A-Mem expands each hit by its links, up to
-        k; 0, the default, expands nothing). The gate and `gated_out` do not depend on it.
+        `query` is a text or a precomputed unit-norm text embedding. `filters` (biomem.stores.filters: fields
+        scope, author, tags, keywords, timestamp, metadata.<key>; AND/OR/NOT) narrow the notes before the top
+        K; `threshold` drops hits below that cosine. `links`: up to that many linked notes per hit are added
+        as `linked` (A-Mem expands each hit by its links, up to k; 0, the default, expands nothing). The gate
+        and `gated_out` depend on none of these.
         """
         check_k(self.k if k is None else k)
         check_links(links)
         vector = self._query_vector(query)  # a bad query costs no probe encoding
-        return self.search_as(self.identify(probe, policy=policy, client=client), vector, k=k, links=links)
+        where, threshold = self._filters(filters), check_threshold(threshold)
+        return self.search_as(self.identify(probe, policy=policy, client=client), vector, k=k, links=links,
+                              filters=where, threshold=threshold)
 
     def search_as(self, gate: GateResult, query: str | np.ndarray, *, k: int | None = None,
-                  links: int = 0) -> SearchResult:
+                  links: int = 0, filters: dict[str, Any] | Filter | None = None,
+                  threshold: float | None = None) -> SearchResult:
         """search() for a gate decision already made (a requester session's)."""
         k, links = check_k(self.k if k is None else k), check_links(links)
-        result = self._search_admitted(gate, self._query_vector(query), k)
-        result.linked = self._linked(result.notes, links) if links else []
-        return result
+        where = filters if isinstance(filters, Filter) else self._filters(filters)
+        return self._search_admitted(gate, self._query_vector(query), k, links, where, check_threshold(threshold))
+
+    def _filters(self, filters: Any) -> Filter | None:
+        return parse_filters(filters, timestamp=parse_timestamp)
 
     def session(self, probe: Any, *, client: Clients = None, ttl: float = DEFAULT_TTL,
                 bound_to: str | None = None) -> Session:
@@ -257,10 +304,11 @@ class BioMemory(Biometrics):
         return self.sessions.open(self, gate, gate.labels[gate.identity], broad, ttl, bound_to=bound_to,
                                   client=client)
 
-    def _linked(self, hits: Sequence[tuple[Note, float]], per_hit: int) -> list[tuple[Note, int]]:
-        """Notes the hits link to, up to `per_hit` each, not already shown; read under the hit's owner,
-        so a link to another owner's note (which the store's trigger refuses) could never return it."""
-        seen = {note.id for note, _ in hits}
+    def _linked(self, hits: Sequence[tuple[Note, float]], per_hit: int,
+                excluded: frozenset[int]) -> list[tuple[Note, int]]:
+        """Notes the hits link to, up to `per_hit` each, not already shown nor hidden from the requester; read
+        under the hit's owner, so a link to another owner's note (which the store refuses) could never return it."""
+        seen = {note.id for note, _ in hits} | excluded
         linked: list[tuple[Note, int]] = []
         for hit, _ in hits:
             for note in self.store.get_notes(hit.owner, [i for i in hit.links if i not in seen])[:per_hit]:
@@ -277,22 +325,29 @@ class BioMemory(Biometrics):
             raise InvalidInputError(f"a query is a text or a finite non-zero {self.text.dim}-d vector")
         return vector / np.linalg.norm(vector)
 
-    def _search_admitted(self, gate: GateResult, vector: np.ndarray, k: int) -> SearchResult:
+    def _search_admitted(self, gate: GateResult, vector: np.ndarray, k: int, links: int, where: Filter | None,
+                         threshold: float | None) -> SearchResult:
+        owners, excluded = self.reach(gate.admitted)
         hits: list[tuple[int, int, float]] = []
-        pool = 0
-        for owner in gate.admitted:
+        pool = -len(excluded)  # notes hidden from the requester count as kept out
+        for owner in owners:
             pool += self.partitions.size(owner)
-            hits += [(owner, i, s) for i, s in self.partitions.search(owner, vector, k)]
+            within = Within(where, excluded) if where is not None or (excluded and owner not in gate.admitted) \
+                else None
+            hits += [(owner, i, s) for i, s in self.partitions.search(owner, vector, k, within)
+                     if threshold is None or s >= threshold]
         hits.sort(key=lambda h: -h[2])
         hits = hits[:k]
         notes: list[tuple[Note, float]] = []
-        for owner in gate.admitted:
+        for owner in owners:
             mine = [(i, s) for o, i, s in hits if o == owner]
-            scores = dict(mine)
-            notes += [(n, scores[n.id]) for n in self.store.get_notes(owner, [i for i, _ in mine])]
+            if mine:
+                scores = dict(mine)
+                notes += [(n, scores[n.id]) for n in self.store.get_notes(owner, [i for i, _ in mine])]
         notes.sort(key=lambda pair: (-pair[1], pair[0].timestamp, pair[0].id))
         outside = self.store.note_total() - pool
-        return SearchResult(gate=gate, notes=notes, gated_out=outside, view=self.disclose(gate, outside))
+        return SearchResult(gate=gate, notes=notes, gated_out=outside, view=self.disclose(gate, outside),
+                            linked=self._linked(notes, links, excluded) if links else [])
 
     def disclose(self, gate: GateResult, outside: int) -> dict[str, Any]:
         """The gate decision and the kept-out summary (`outside` notes in all) as this store's disclosure
@@ -336,28 +391,51 @@ class BioMemory(Biometrics):
                       omitted=len(ranked) - len(notes))
 
     def get(self, note_id: int, *, probe: Any, client: Clients = None) -> Note:
-        """One of the requester's notes (another owner's id raises NoteNotFoundError)."""
+        """One of the notes the requester may read (anyone else's id raises NoteNotFoundError)."""
         note_id = check_id(note_id)
-        return self.store.get_note(self._owner(probe, client), note_id)
+        return self.get_as(self._owner(probe, client), note_id)
 
-    def get_all(self, *, probe: Any, client: Clients = None) -> list[Note]:
-        """Every note of the requester, oldest first (a broad read: step-up probe)."""
-        return self.store.all_notes(self.verify(probe, "Listing all your notes", client=client))
+    def get_as(self, person: int, note_id: int) -> Note:
+        """get() for a person the gate already admitted (a requester session's)."""
+        owners, excluded = self.reach([person])
+        note = self.store.find_note(owners, check_id(note_id))
+        if note.id in excluded:
+            raise NoteNotFoundError(f"no note {note_id} among your memories")
+        return note
+
+    def get_all(self, *, probe: Any, filters: dict[str, Any] | None = None, page: int = 1,
+                page_size: int | None = None, client: Clients = None) -> list[Note]:
+        """The notes the requester may read (their own and their groups'), oldest first, that match `filters`;
+        page `page` of `page_size` (default: all). A broad read: step-up probe."""
+        where, (offset, limit) = self._filters(filters), check_page(page, page_size)
+        return self.get_all_as(self.verify(probe, "Listing all your notes", client=client), where, offset, limit)
+
+    def get_all_as(self, person: int, filters: dict[str, Any] | Filter | None = None, offset: int = 0,
+                   limit: int | None = None) -> list[Note]:
+        """get_all() for a person a step-up probe already proved (a requester session's)."""
+        where = filters if isinstance(filters, Filter) else self._filters(filters)
+        owners, excluded = self.reach([person])
+        return self.store.list_notes(owners, where=where, excluded=excluded, offset=offset, limit=limit)[0]
 
     def update(self, note_id: int, text: str, *, probe: Any, client: Clients = None) -> Note:
-        """Rewrite one of the requester's notes (step-up probe; analysed and embedded again)."""
+        """Rewrite one of the requester's notes, or a group note they wrote (step-up probe; analysed and
+        embedded again)."""
         note_id, text = check_id(note_id), check_note(text)  # bad input costs no probe encoding
         return self.update_as(self.verify(probe, "Changing a note", client=client), note_id, text)
 
-    def update_as(self, owner: int, note_id: int, text: str) -> Note:
-        """update() for an owner a fresh step-up probe already proved (a requester session's)."""
-        note = self.agent.rewrite(owner, check_id(note_id), check_note(text))
-        self.llm.drop_owner(owner)
+    def update_as(self, person: int, note_id: int, text: str) -> Note:
+        """update() for a person a fresh step-up probe already proved (a requester session's)."""
+        note = self.get_as(person, note_id)
+        if note.author != person:
+            raise NotAuthorisedError("only the member who wrote a household's note may change it")
+        note = self.agent.rewrite(note.owner, note.id, check_note(text), actor=person)
+        self.llm.drop_owner(note.owner)
         return note
 
     def delete(self, note_id: int, *, probe: Any, client: Clients = None, keep_history: bool = False,
                timeout: float = 10.0) -> Note:
-        """Delete one of the requester's notes (step-up probe); returns what was deleted.
+        """Delete one of the requester's notes, or a note of one of their groups (step-up probe); returns what
+        was deleted.
 
         Its text goes from the history too (only the events and their times stay) unless
         `keep_history=True`, and from the write-ahead log before this returns (waiting up to
@@ -367,21 +445,30 @@ class BioMemory(Biometrics):
         return self.delete_as(self.verify(probe, "Deleting a note", client=client), note_id,
                               keep_history=keep_history, timeout=timeout)
 
-    def delete_as(self, owner: int, note_id: int, *, keep_history: bool = False, timeout: float = 10.0) -> Note:
-        """delete() for an owner a fresh step-up probe already proved (a requester session's)."""
-        note_id = check_id(note_id)
-        note, generation = self.store.delete_note(owner, note_id, keep_history=keep_history)
+    def delete_as(self, person: int, note_id: int, *, keep_history: bool = False, timeout: float = 10.0) -> Note:
+        """delete() for a person a fresh step-up probe already proved (a requester session's)."""
+        owner = self.get_as(person, note_id).owner
+        note, generation = self.store.delete_note(owner, note_id, keep_history=keep_history, actor=person)
         self.partitions.deleted(owner, note_id, generation)
         self.llm.drop_owner(owner)
         self.store.checkpoint(timeout)
         return note
 
     def history(self, note_id: int, *, probe: Any, client: Clients = None) -> list[dict[str, Any]]:
-        """Every add/update/evolve/delete of one of the requester's notes, oldest first, with the note's
-        fields before and after each; for a deleted note only events and times (before/after None)
-        unless it was deleted with keep_history=True."""
+        """Every add/update/evolve/delete of a note the requester may read, oldest first, with the note's
+        fields before and after each and who made it (`actor`); for a deleted note only events and times
+        (before/after None) unless it was deleted with keep_history=True."""
         note_id = check_id(note_id)
-        return self.store.history(self._owner(probe, client), note_id)
+        return self.history_as(self._owner(probe, client), note_id)
+
+    def history_as(self, person: int, note_id: int) -> list[dict[str, Any]]:
+        """history() for a person the gate already admitted. A group's deleted note keeps no list of whom it
+        was hidden from, so its history is shown to nobody; a person's own deleted note's is."""
+        try:
+            owner = self.get_as(person, note_id).owner
+        except NoteNotFoundError:
+            owner = person
+        return self.store.history(owner, note_id)
 
     def overview(self) -> dict[str, Any]:
         """Public view of the store: totals, the default encoder and its τ, the LLM and policy, and
@@ -397,50 +484,10 @@ class BioMemory(Biometrics):
         per_owner = {owner: count for owner, (count, _) in self.store.note_summary().items()}
         return {"path": self.store.location, **self.store.counts(),
                 "per_identity": {f"{i.id}: {i.label}": per_owner.get(i.id, 0) for i in self.store.identities()},
+                "per_group": {f"{g.id}: {g.label}": {"notes": per_owner.get(g.id, 0), "members": g.members}
+                              for g in self.store.all_groups()},
                 "default_modality": self.modality,
                 "modalities": {m: self.threshold(m)
                                for m in sorted({self.modality, *self.store.modalities(), *self.store.calibrated()})},
                 "text_model": self.text.name, "llm": self.llm.name, "policy": self.policy,
                 "disclosure": self.disclosure}
-
-
-def check_text(text: Any, limit: int, what: str, advice: str) -> str:
-    """`text` stripped; InvalidInputError when it is not a non-blank string, TextTooLongError past `limit`."""
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidInputError(f"a {what} needs non-empty text")
-    text = text.strip()
-    if len(text) > limit:
-        raise TextTooLongError(f"a {what} has at most {limit:,} characters and this one has {len(text):,}: {advice}")
-    return text
-
-
-def check_note(text: Any) -> str:
-    """A memory's text, stripped; refused when blank or longer than MAX_NOTE_CHARS."""
-    return check_text(text, MAX_NOTE_CHARS, "memory", "split it into several memories")
-
-
-def check_question(text: Any) -> str:
-    """A question's or query's text, stripped; refused when blank or longer than MAX_QUESTION_CHARS."""
-    return check_text(text, MAX_QUESTION_CHARS, "question or query", "ask something shorter")
-
-
-def check_budget(tokens: Any) -> int:
-    """The answer prompt's budget as an int of at least MIN_PROMPT_TOKENS; InvalidInputError otherwise."""
-    if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < MIN_PROMPT_TOKENS:
-        raise InvalidInputError(f"prompt_tokens is the answer prompt's budget in word pieces, an integer of at "
-                                f"least {MIN_PROMPT_TOKENS}; got {tokens!r}")
-    return int(tokens)
-
-
-def check_links(links: Any) -> int:
-    """links as a non-negative int; InvalidInputError otherwise."""
-    if isinstance(links, bool) or not isinstance(links, (int, np.integer)) or links < 0:
-        raise InvalidInputError(f"links is the number of linked notes per hit, a non-negative integer; got {links!r}")
-    return int(links)
-
-
-def check_k(k: Any) -> int:
-    """k as a positive int; InvalidInputError otherwise."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
-        raise InvalidInputError(f"k is the number of notes to retrieve, a positive integer; got {k!r}")
-    return int(k)

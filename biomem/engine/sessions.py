@@ -27,7 +27,8 @@ from ..errors import SessionExpiredError, StepUpRequiredError, UnknownIdentityEr
 from ..identity.biometrics import Clients
 from ..identity.gate import GateResult
 from ..stores import MemoryStore
-from ..stores.records import Note, check_id
+from ..stores.records import Group, Note, check_id
+from .checks import check_page
 from .results import Answer, SearchResult
 
 DEFAULT_TTL = 120.0
@@ -39,10 +40,16 @@ class Engine(Protocol):
 
     store: MemoryStore
 
-    def search_as(self, gate: GateResult, query: Any, *, k: int | None = None, links: int = 0) -> SearchResult: ...
+    def search_as(self, gate: GateResult, query: Any, *, k: int | None = None, links: int = 0,
+                  filters: Any = None, threshold: float | None = None) -> SearchResult: ...
     def ask_as(self, gate: GateResult, question: str, *, k: int | None = None, links: int = 0,
                temporal: bool = False, query: str | None = None) -> Answer: ...
-    def add(self, text: str, *, identity: int | None = None, timestamp: Any = None, infer: bool = True) -> Note: ...
+    def add(self, text: str, *, identity: int | None = None, scope: int | None = None, hidden_from: Any = (),
+            metadata: dict[str, Any] | None = None, timestamp: Any = None, infer: bool = True) -> Note: ...
+    def get_as(self, person: int, note_id: int) -> Note: ...
+    def get_all_as(self, person: int, filters: Any = None, offset: int = 0, limit: int | None = None) -> list[Note]: ...
+    def history_as(self, person: int, note_id: int) -> list[dict[str, Any]]: ...
+    def groups(self, *, identity: int | None = None) -> list[Group]: ...
     def verify(self, probe: Any, action: str = "this action", *, client: Clients = None) -> int: ...
     def update_as(self, owner: int, note_id: int, text: str) -> Note: ...
     def delete_as(self, owner: int, note_id: int, *, keep_history: bool = False) -> Note: ...
@@ -96,9 +103,10 @@ class Session:
 
     # ---- reads and adds as the owner --------------------------------------------------------
 
-    def search(self, query: Any, *, k: int | None = None, links: int = 0) -> SearchResult:
+    def search(self, query: Any, *, k: int | None = None, links: int = 0, filters: Any = None,
+               threshold: float | None = None) -> SearchResult:
         self._owner()
-        return self.mem.search_as(self.gate, query, k=k, links=links)
+        return self.mem.search_as(self.gate, query, k=k, links=links, filters=filters, threshold=threshold)
 
     def ask(self, question: str, *, k: int | None = None, links: int = 0, temporal: bool = False,
             query: str | None = None) -> Answer:
@@ -106,21 +114,28 @@ class Session:
         return self.mem.ask_as(self.gate, question, k=k, links=links, temporal=temporal, query=query)
 
     def get(self, note_id: int) -> Note:
-        return self.mem.store.get_note(self._owner(), check_id(note_id))
+        return self.mem.get_as(self._owner(), check_id(note_id))
 
-    def get_all(self) -> list[Note]:
-        """Every note of the owner: a broad read, so only when the opening probe cleared step-up τ."""
+    def get_all(self, *, filters: Any = None, page: int = 1, page_size: int | None = None) -> list[Note]:
+        """The notes the person may read: a broad read, so only when the opening probe cleared step-up τ."""
         owner = self._owner()
         if not self.broad:
             raise StepUpRequiredError("listing all your notes needs a session opened with a clearer probe "
                                       "(the stricter step-up match, of every kind you enrolled)")
-        return self.mem.store.all_notes(owner)
+        offset, limit = check_page(page, page_size)
+        return self.mem.get_all_as(owner, filters, offset, limit)
 
     def history(self, note_id: int) -> list[dict[str, Any]]:
-        return self.mem.store.history(self._owner(), check_id(note_id))
+        return self.mem.history_as(self._owner(), check_id(note_id))
 
-    def add(self, text: str, *, timestamp: Any = None, infer: bool = True) -> Note:
-        return self.mem.add(text, identity=self._owner(), timestamp=timestamp, infer=infer)
+    def groups(self) -> list[Group]:
+        """The person's groups, with their members' labels."""
+        return self.mem.groups(identity=self._owner())
+
+    def add(self, text: str, *, scope: int | None = None, hidden_from: Any = (),
+            metadata: dict[str, Any] | None = None, timestamp: Any = None, infer: bool = True) -> Note:
+        return self.mem.add(text, identity=self._owner(), scope=scope, hidden_from=hidden_from, metadata=metadata,
+                            timestamp=timestamp, infer=infer)
 
     # ---- changes: a fresh step-up probe of the same person, every time ----------------------
 

@@ -3,17 +3,21 @@
 Note construction asks the LLM for keywords, context and tags; the embedding covers
 content + context + keywords + tags; the 5 nearest neighbours *of the same owner* go to the
 evolution step, whose links (note ids) and neighbour updates can only touch that owner's
-notes. A note whose tags evolution strengthened, and evolved neighbours, are embedded again:
+notes. In a group, neighbours also share the new note's audience (the members it is hidden
+from), so evolution never carries a hidden note's words into a note its excluded member reads,
+nor the other way round. A note whose tags evolution strengthened, and evolved neighbours, are embedded again:
 every stored vector embeds its note as stored.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from ..stores import MemoryStore, SearchIndex
+from ..stores.base import Within
 from ..stores.records import Note
 from .llm import LLM, Draft
 from .textenc import TextEncoder
@@ -46,34 +50,49 @@ class MemoryAgent:
                                  for d in drafts], batch_size=batch_size)
 
     def ingest(self, owner_id: int, contents: Sequence[str], timestamps: Sequence[str], *,
-               infer: bool = True) -> list[int]:
+               infer: bool = True, author: int | None = None, metadata: dict[str, Any] | None = None,
+               hidden_from: Sequence[int] = ()) -> list[int]:
         """Build, embed (in one batch), then link and evolve each note in order; returns ids.
-        infer=False stores each text as given: embedded, no LLM analysis, no links, no evolution."""
+        infer=False stores each text as given: embedded, no LLM analysis, no links, no evolution.
+        `author` wrote them (None: an operator's import into a group); `hidden_from`: members of the
+        owner group who never read them."""
+        extra = {"author": author, "metadata": metadata or {}, "hidden_from": list(hidden_from)}
         if not infer:
             drafts = [Draft(content=c, timestamp=t, keywords=[], tags=[], context="")
                       for c, t in zip(contents, timestamps)]
-            return [self._store(owner_id, d, v) for d, v in zip(drafts, self.embed(drafts))]
+            return [self._store(owner_id, d, v, extra) for d, v in zip(drafts, self.embed(drafts))]
         drafts = [self.draft(c, t) for c, t in zip(contents, timestamps)]
         vectors = self.embed(drafts)
-        return [self._link_and_store(owner_id, d, v) for d, v in zip(drafts, vectors)]
+        return [self._link_and_store(owner_id, d, v, extra) for d, v in zip(drafts, vectors)]
 
-    def _store(self, owner_id: int, draft: Draft, vector: np.ndarray) -> int:
+    def _store(self, owner_id: int, draft: Draft, vector: np.ndarray, extra: dict[str, Any]) -> int:
         """Insert one note and its vector as they are."""
-        (note_id,), generation = self.store.insert_notes(owner_id, [vars(draft)], vector[None, :])
+        (note_id,), generation = self.store.insert_notes(owner_id, [{**vars(draft), **extra}], vector[None, :])
         self.partitions.added(owner_id, [note_id], vector[None, :], generation)
         return note_id
 
-    def _link_and_store(self, owner_id: int, draft: Draft, vector: np.ndarray) -> int:
-        hits = self.partitions.search(owner_id, vector, self.neighbours)
+    def _audience(self, owner_id: int, hidden_from: Sequence[int]) -> Within | None:
+        """The notes of the owner read by exactly the members who read a note hidden from `hidden_from`."""
+        audiences = self.store.audiences(owner_id)
+        if not audiences and not hidden_from:
+            return None
+        wanted = frozenset(hidden_from)
+        if not wanted:
+            return Within(excluded=frozenset(audiences))
+        return Within(only=frozenset(n for n, hidden in audiences.items() if hidden == wanted))
+
+    def _link_and_store(self, owner_id: int, draft: Draft, vector: np.ndarray, extra: dict[str, Any]) -> int:
+        hits = self.partitions.search(owner_id, vector, self.neighbours,
+                                      self._audience(owner_id, extra["hidden_from"]))
         scores = dict(hits)
-        notes = self.store.get_notes(owner_id, [i for i, _ in hits])  # same owner by construction
+        notes = self.store.get_notes(owner_id, [i for i, _ in hits])  # same owner and audience by construction
         neighbours = [(n, scores[n.id]) for n in notes]
         decision = self.llm.evolve(draft, neighbours) if neighbours else None
         if decision and decision.should_evolve and "strengthen" in decision.actions \
                 and decision.tags_to_update and list(decision.tags_to_update) != draft.tags:
             draft.tags = list(decision.tags_to_update)
             vector = self.embed([draft])[0]  # the stored vector embeds the note as stored (A-Mem)
-        note_id = self._store(owner_id, draft, vector)
+        note_id = self._store(owner_id, draft, vector, extra)
         if decision is None or not decision.should_evolve:
             return note_id
         allowed = {n.id for n in notes}
@@ -101,12 +120,12 @@ class MemoryAgent:
                                                    context=note.context, tags=note.tags)
             self.partitions.updated(owner_id, note.id, vector, generation)
 
-    def rewrite(self, owner_id: int, note_id: int, content: str) -> Note:
-        """Replace an owned note's content: analysed and embedded again, history kept."""
+    def rewrite(self, owner_id: int, note_id: int, content: str, *, actor: int | None = None) -> Note:
+        """Replace an owned note's content: analysed and embedded again, history kept (made by `actor`)."""
         before = self.store.get_note(owner_id, note_id)
         draft = self.draft(content, before.timestamp)
         vector = self.embed([draft])[0]
-        note, generation = self.store.update_note(owner_id, note_id, "update", vector, content=content,
+        note, generation = self.store.update_note(owner_id, note_id, "update", vector, actor, content=content,
                                                   keywords=draft.keywords, tags=draft.tags,
                                                   context=draft.context)
         self.partitions.updated(owner_id, note_id, vector, generation)
