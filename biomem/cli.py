@@ -3,6 +3,8 @@
     biomem enroll alice alice1.jpg alice2.jpg
     biomem add "My PIN is 1234" --probe alice3.jpg
     biomem ask "What is my PIN?" --probe alice3.jpg
+    biomem group create Home --probe alice3.jpg; biomem group join 4 --probe alice3.jpg --member-probe bob.jpg
+    biomem add "The Wi-Fi password is sunflower" --probe alice3.jpg --scope 4
     biomem forget --probe alice4.jpg
     biomem keys create kiosk --role agent; biomem serve --host 0.0.0.0
 """
@@ -22,6 +24,7 @@ from typing import Any
 from .errors import AuthenticationError, BioMemError, InvalidInputError
 from .eval import add_eval_parser
 from .settings import Settings
+from .stores.records import Group
 
 
 def _memory(args: argparse.Namespace):  # noqa: ANN202 - BioMemory, imported lazily (torch is slow)
@@ -43,15 +46,48 @@ def cmd_enroll(args: argparse.Namespace) -> None:
               f"({len(args.images)} sample(s), {args.modality or mem.modality})")
 
 
+def _json_argument(text: str) -> Any:
+    """A JSON command-line value (--metadata, --filters); InvalidInputError when it is not JSON."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(f"not JSON: {text!r} ({exc.msg})") from None
+
+
 def cmd_add(args: argparse.Namespace) -> None:
     with _memory(args) as mem:
-        note = mem.add(args.text, identity=args.identity, probe=args.probe, timestamp=args.timestamp)
+        note = mem.add(args.text, identity=args.identity, probe=args.probe, timestamp=args.timestamp,
+                       scope=args.scope, hidden_from=args.hidden_from,
+                       metadata=_json_argument(args.metadata) if args.metadata else None)
         _print_json(note.as_dict())
 
 
 def cmd_search(args: argparse.Namespace) -> None:
     with _memory(args) as mem:
-        _print_json(mem.search(args.query, probe=args.probe, k=args.k).as_dict())
+        _print_json(mem.search(args.query, probe=args.probe, k=args.k, threshold=args.threshold,
+                               filters=_json_argument(args.filters) if args.filters else None).as_dict())
+
+
+def cmd_group(args: argparse.Namespace) -> None:
+    """Households: found, join, leave, list or delete one (a member's probe, or the operator's ids)."""
+    with _memory(args) as mem:
+        who = {"probe": args.probe} if args.probe else {}
+        if args.group_command == "create":
+            result: Any = mem.create_group(args.label, identity=args.identity, **who)
+        elif args.group_command == "join":
+            result = mem.add_member(args.group, identity=args.identity, member_probe=args.member_probe, **who)
+        elif args.group_command == "leave":
+            result = mem.remove_member(args.group, args.member, operator=args.operator, **who)
+        elif args.group_command == "list":
+            result = mem.groups(identity=args.identity, **who)
+        else:
+            result = mem.delete_group(args.group, operator=args.operator, **who)
+        if isinstance(result, list):
+            _print_json([group.as_dict() for group in result])
+        elif isinstance(result, Group):
+            _print_json(result.as_dict())
+        else:  # deleted, or its last member left
+            _print_json({"deleted": args.group})
 
 
 def cmd_ask(args: argparse.Namespace) -> None:
@@ -231,6 +267,9 @@ def _add_memory_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     owner.add_argument("--identity", type=int)
     owner.add_argument("--probe")
     p.add_argument("--timestamp", default=None, help="ISO 8601 or '1:56 pm on 8 May, 2023'")
+    p.add_argument("--scope", type=int, default=None, help="a household of the writer's to write into")
+    p.add_argument("--hidden-from", type=int, nargs="+", default=[], help="member ids who never read it")
+    p.add_argument("--metadata", default=None, help='a JSON object, e.g. \'{"room": "kitchen"}\'')
     p.set_defaults(func=cmd_add)
 
     for name, func, help_text in (("search", cmd_search, "gated retrieval, as JSON"),
@@ -239,13 +278,53 @@ def _add_memory_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
         p.add_argument("query" if name == "search" else "question")
         p.add_argument("--probe", required=True, help="image of the requester")
         p.add_argument("-k", type=int, default=10)
+        if name == "search":
+            p.add_argument("--filters", default=None,
+                           help='JSON, e.g. \'{"metadata.room": "kitchen"}\' (docs/agents.md)')
+            p.add_argument("--threshold", type=float, default=None, help="minimum cosine similarity of a hit")
         p.set_defaults(func=func)
+
+    _add_group_commands(sub)
 
     p = sub.add_parser("forget", help="erase an identity and everything it owns")
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--probe", help="image of the person to erase (step-up match)")
     who.add_argument("--identity", type=int, help="identity id (operator)")
     p.set_defaults(func=cmd_forget)
+
+
+def _add_group_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """group create/join/leave/list/delete: households, by members' probes or (operator) identity ids."""
+    p = sub.add_parser("group", help="households: notes several people share")
+    groups = p.add_subparsers(dest="group_command", required=True)
+
+    def requester(parser: argparse.ArgumentParser, operator: str) -> None:
+        who = parser.add_mutually_exclusive_group(required=True)
+        who.add_argument("--probe", help="image of a member (step-up match)")
+        if operator == "identity":
+            who.add_argument("--identity", type=int, help="the person's identity id (operator)")
+        else:
+            who.add_argument("--operator", action="store_true", help="act as the operator")
+
+    create = groups.add_parser("create", help="found a household; its founder is its first member")
+    create.add_argument("label")
+    requester(create, "identity")
+    join = groups.add_parser("join", help="add a member: a member's --probe and the newcomer's --member-probe, "
+                                          "or the newcomer's --identity (operator)")
+    join.add_argument("group", type=int)
+    join.add_argument("--member-probe", default=None, help="image of the newcomer (step-up match)")
+    requester(join, "identity")
+    leave = groups.add_parser("leave", help="take a member out (the last one out deletes the household)")
+    leave.add_argument("group", type=int)
+    leave.add_argument("member", type=int)
+    requester(leave, "operator")
+    listing = groups.add_parser("list", help="the requester's households and their members, as JSON")
+    requester(listing, "identity")
+    delete = groups.add_parser("delete", help="erase a household and its notes")
+    delete.add_argument("group", type=int)
+    requester(delete, "operator")
+    for parser in (create, join, leave, listing, delete):
+        parser.set_defaults(func=cmd_group, identity=None, operator=False, member_probe=None)
 
 
 def _add_store_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -16,7 +16,7 @@ def images(tmp_path, capture):
     """PNG files: two enrolment captures of Alice, a later capture of her, and a stranger."""
     paths = {}
     for name, (person, n) in {"alice1": (0, 0), "alice2": (0, 1), "alice_later": (0, 6),
-                              "stranger": (3, 2)}.items():
+                              "stranger": (3, 2), "bob1": (1, 0), "bob2": (1, 1), "bob_later": (1, 6)}.items():
         paths[name] = str(tmp_path / f"{name}.png")
         Image.fromarray(capture(person, n)).save(paths[name])
     return paths
@@ -59,6 +59,34 @@ def test_enroll_add_ask_search_stats_forget(tmp_path, images, capsys):
     assert json.loads(run(capsys, *db, "stats")[1])["notes"] == 0
     code, out, _ = run(capsys, *db, "enroll", "bob", images["alice1"])
     assert code == 0 and "identity 2" in out  # ids are never reused
+
+
+def test_a_household_from_the_command_line(tmp_path, images, capsys):
+    db = ["--db", str(tmp_path / "home.db")]
+    assert run(capsys, *db, "enroll", "alice", images["alice1"], images["alice2"])[0] == 0
+    assert run(capsys, *db, "enroll", "bob", images["bob1"], images["bob2"])[0] == 0
+    code, out, _ = run(capsys, *db, "group", "create", "Home", "--probe", images["alice_later"])
+    home = json.loads(out)
+    assert code == 0 and home["member_labels"] == ["alice"]
+    code, out, _ = run(capsys, *db, "group", "join", str(home["id"]), "--probe", images["alice_later"],
+                       "--member-probe", images["bob_later"])
+    assert code == 0 and json.loads(out)["member_labels"] == ["alice", "bob"]
+    code, out, _ = run(capsys, *db, "add", "The Wi-Fi password is sunflower", "--probe", images["alice_later"],
+                       "--scope", str(home["id"]), "--metadata", '{"room": "hall"}')
+    assert code == 0 and json.loads(out)["scope"] == home["id"]
+    code, out, _ = run(capsys, *db, "search", "wifi password", "--probe", images["bob_later"],
+                       "--filters", '{"metadata.room": "hall"}')
+    assert [r["memory"] for r in json.loads(out)["results"]] == ["The Wi-Fi password is sunflower"]
+    code, out, _ = run(capsys, *db, "search", "wifi password", "--probe", images["stranger"])
+    assert json.loads(out)["results"] == []
+    code, _, err = run(capsys, *db, "search", "wifi", "--probe", images["bob_later"], "--filters", "{room")
+    assert code == 2 and "InvalidInputError: not JSON" in err
+    code, out, _ = run(capsys, *db, "group", "list", "--identity", "2")
+    assert [g["label"] for g in json.loads(out)] == ["Home"]
+    code, out, _ = run(capsys, *db, "group", "leave", str(home["id"]), "2", "--operator")
+    assert code == 0 and json.loads(out)["members"] == [1]
+    code, out, _ = run(capsys, *db, "search", "wifi password", "--probe", images["bob_later"])
+    assert json.loads(out)["results"] == []
 
 
 def test_typed_errors_are_one_line_and_exit_2(tmp_path, images, capsys):
