@@ -585,25 +585,149 @@ def test_attempt_limits_are_shared_by_every_engine_on_the_store_and_outlive_a_re
         assert b"203.0.113.9" not in on_disk and b"attempt-test-session" not in on_disk
 
 
-@BOTH_STORES
-def test_a_version_3_store_gains_the_attempt_tables_and_keeps_every_row(family, database, backend, capture,
-                                                                       text_encoder, face_encoder):
-    mem, alice, _ = family
-    notes, identities = mem.store.note_total(), len(mem.identities())
-    back_to_3 = ["DROP TABLE attempts", "DROP TABLE cooldowns",
-                 "UPDATE meta SET value = '3' WHERE key = 'schema_version'"]
+# Version 4's SQLite tables that version 5 changed (from biomem/stores/sqlite/schema.py as it was at version 4),
+# with the columns they had: an older store is rebuilt in this shape to test its upgrade.
+V4_SQLITE = {
+    "identities": ("id, label, label_key, created, generation, sample", """CREATE TABLE identities (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    label TEXT NOT NULL,
+    label_key TEXT NOT NULL UNIQUE,
+    created TEXT NOT NULL,
+    generation INTEGER NOT NULL DEFAULT 0,
+    sample INTEGER NOT NULL DEFAULT 0)"""),
+    "notes": ("id, owner_id, content, timestamp, keywords, tags, context, embedding", """CREATE TABLE notes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
+    content TEXT NOT NULL,
+    timestamp TEXT NOT NULL,
+    keywords TEXT NOT NULL DEFAULT '[]',
+    tags TEXT NOT NULL DEFAULT '[]',
+    context TEXT NOT NULL DEFAULT '',
+    embedding BLOB NOT NULL)"""),
+    "history": ("id, owner_id, note_id, event, before, after, at", """CREATE TABLE history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
+    note_id INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    before TEXT,
+    after TEXT,
+    at TEXT NOT NULL)"""),
+}
+V4_SQLITE_EXTRAS = (
+    "CREATE INDEX notes_by_owner ON notes(owner_id, timestamp)",
+    "CREATE INDEX history_by_note ON history(owner_id, note_id)",
+    "CREATE TRIGGER notes_counted AFTER INSERT ON notes "
+    "BEGIN UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'note_total'; END",
+    "CREATE TRIGGER notes_uncounted AFTER DELETE ON notes "
+    "BEGIN UPDATE meta SET value = CAST(value AS INTEGER) - 1 WHERE key = 'note_total'; END",
+)
+V4_POSTGRES = ("DROP TABLE hidden", "DROP TABLE members", "ALTER TABLE identities DROP COLUMN kind CASCADE",
+               "ALTER TABLE notes DROP COLUMN author_id CASCADE, DROP COLUMN metadata CASCADE",
+               "ALTER TABLE history DROP COLUMN actor_id CASCADE")
+# every row an older store holds, by the columns it had, in key order
+OLD_ROWS = {"identities": ("id", V4_SQLITE["identities"][0]), "templates": ("id", "*"),
+            "notes": ("id", V4_SQLITE["notes"][0].replace("embedding", "embedding::text")),
+            "links": ("source_id, target_id", "*"), "history": ("id", V4_SQLITE["history"][0]),
+            "thresholds": ("modality", "*"), "api_keys": ("id", "*")}
+
+
+def run_as_owner(backend: str, location, statements, query: bool = False):
+    """Statements on the store itself: SQLite's file with foreign keys off, or PostgreSQL as the tables' owner.
+    With `query`, the rows of each (a SELECT) instead."""
     if backend == "sqlite":
-        with mem.store.transaction() as db:
-            for statement in back_to_3:
-                db.execute(statement)
+        conn = sqlite3.connect(location, isolation_level=None)
+        try:
+            conn.execute("PRAGMA foreign_keys=OFF")
+            conn.execute("BEGIN")
+            found = [conn.execute(s.replace("::text", "")).fetchall() for s in statements]
+            conn.execute("COMMIT")
+            problems = conn.execute("PRAGMA foreign_key_check").fetchall()
+            assert problems == []
+        finally:
+            conn.close()
     else:
-        with mem.store.owner_connection() as conn:
-            for statement in back_to_3:
-                conn.execute(statement)
+        with psycopg.connect(location) as conn:
+            conn.execute("SET search_path = biomem, public")
+            found = [conn.execute(s).fetchall() if query else conn.execute(s) and None for s in statements]
+    return found if query else None
+
+
+def old_rows(backend: str, location) -> dict[str, list]:
+    sql = [f"SELECT {columns} FROM {table} ORDER BY {key}" for table, (key, columns) in OLD_ROWS.items()]
+    return dict(zip(OLD_ROWS, run_as_owner(backend, location, sql, query=True)))
+
+
+def table_columns(backend: str, location) -> dict[str, list[str]]:
+    """Every table's columns, in order."""
+    if backend == "sqlite":
+        tables = [t for (t,) in run_as_owner(backend, location, [
+            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"], query=True)[0]]
+        infos = run_as_owner(backend, location, [f"SELECT name FROM pragma_table_info('{t}')" for t in tables],
+                             query=True)
+        return {t: [c for (c,) in info] for t, info in zip(tables, infos)}
+    (rows,) = run_as_owner(backend, location, ["SELECT table_name, column_name FROM information_schema.columns "
+                                               "WHERE table_schema = 'biomem' ORDER BY table_name, ordinal_position"],
+                           query=True)
+    columns: dict[str, list[str]] = {}
+    for table, column in rows:
+        columns.setdefault(table, []).append(column)
+    return columns
+
+
+@pytest.mark.parametrize("old_version", [3, 4])
+@BOTH_STORES
+def test_an_older_store_is_upgraded_to_groups_keeping_every_row(family, database, backend, capture, make_memory,
+                                                              old_version, text_encoder, face_encoder):
+    """A store of version 4 (no groups: no kind, author, metadata or actor columns, no members or hidden
+    tables), or of version 3 (no attempt tables either), opens as version 5 with every row as it was, and
+    households work on it."""
+    mem, alice, bob = family
+    note = mem.get_all(probe=capture(ALICE, 2))[0]
+    mem.update(note.id, "My PIN is now 4321", probe=capture(ALICE, 3))  # history beyond "add"
+    mem.store.add_links(alice.id, note.id, [n.id for n in mem.store.all_notes(alice.id) if n.id != note.id])
+    notes, identities = mem.store.note_total(), len(mem.identities())
     mem.close()
-    again = BioMemory(database(), text_model=text_encoder, encoder=face_encoder, limits="1/60/30")
-    assert again.store.get_meta("schema_version") == "4"
+    location = str(database())
+    older = [f"UPDATE meta SET value = '{old_version}' WHERE key = 'schema_version'"]
+    if old_version == 3:
+        older += ["DROP TABLE attempts", "DROP TABLE cooldowns"]
+    if backend == "sqlite":
+        rebuild = ["DROP TABLE hidden", "DROP TABLE members"]
+        for table, (columns, create) in V4_SQLITE.items():
+            rebuild += [f"CREATE TABLE {table}_v4 AS SELECT {columns} FROM {table}", f"DROP TABLE {table}",
+                        create, f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {table}_v4",
+                        f"DROP TABLE {table}_v4"]
+        run_as_owner(backend, location, rebuild + list(V4_SQLITE_EXTRAS) + older)
+    else:
+        run_as_owner(backend, location, list(V4_POSTGRES) + older)
+    columns = table_columns(backend, location)
+    assert "members" not in columns and "hidden" not in columns and "kind" not in columns["identities"]
+    assert ("attempts" in columns) == (old_version == 4)
+    before = old_rows(backend, location)
+    assert len(before["notes"]) == notes and len(before["links"]) == 1 and len(before["history"]) == 5
+
+    again = BioMemory(location, text_model=text_encoder, encoder=face_encoder, limits="1/60/30")
+    assert again.store.get_meta("schema_version") == "5"
+    assert old_rows(backend, location) == before
     assert (again.store.note_total(), len(again.identities())) == (notes, identities)
+    fresh = make_memory("fresh.db")
+    assert table_columns(backend, location) == table_columns(backend, str(database("fresh.db")))
+    fresh.close()
+    for person in (alice, bob):  # the old notes were written by their owners; history has no actor
+        for old in again.store.all_notes(person.id):
+            assert (old.author, old.scope, old.metadata, old.hidden_from) == (person.id, None, {}, [])
+            assert all(event["actor"] is None for event in again.store.history(person.id, old.id))
+    assert again.get(note.id, probe=capture(ALICE, 4)).content == "My PIN is now 4321"
+
+    home = again.create_group("Home", probe=capture(ALICE, 3))
+    again.add_member(home.id, probe=capture(ALICE, 3), member_probe=capture(BOB, 3))
+    wifi = again.add("The wifi password is tulip-meadow-42", probe=capture(BOB, 4), scope=home.id,
+                     metadata={"room": "hall"})
+    for person in (ALICE, BOB):
+        hit = again.search("what is the wifi password", probe=capture(person, 5), k=1).notes[0][0]
+        assert (hit.id, hit.scope, hit.author, hit.metadata) == (wifi.id, home.id, bob.id, {"room": "hall"})
+    assert [n.content for n in again.get_all(probe=capture(ALICE, 4), filters={"scope": None})] == \
+        ["My PIN is now 4321", "I adopted a beagle puppy called Rex"]
     assert again.identify(capture(STRANGER, 3), client=["address:203.0.113.9"]).identity is None
     with pytest.raises(TooManyAttemptsError):
         again.identify(capture(ALICE, 5), client=["address:203.0.113.9"])

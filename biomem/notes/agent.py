@@ -3,10 +3,11 @@
 Note construction asks the LLM for keywords, context and tags; the embedding covers
 content + context + keywords + tags; the 5 nearest neighbours *of the same owner* go to the
 evolution step, whose links (note ids) and neighbour updates can only touch that owner's
-notes. In a group, neighbours also share the new note's audience (the members it is hidden
-from), so evolution never carries a hidden note's words into a note its excluded member reads,
-nor the other way round. A note whose tags evolution strengthened, and evolved neighbours, are embedded again:
-every stored vector embeds its note as stored.
+notes. In a group, neighbours also share the new note's author and audience (the members it is
+hidden from): evolution never carries a hidden note's words into a note its excluded member
+reads, nor one member's words into another's note, which would outlive forgetting them. A
+note whose tags evolution strengthened, and evolved neighbours, are embedded again: every
+stored vector embeds its note as stored.
 """
 
 from __future__ import annotations
@@ -71,21 +72,19 @@ class MemoryAgent:
         self.partitions.added(owner_id, [note_id], vector[None, :], generation)
         return note_id
 
-    def _audience(self, owner_id: int, hidden_from: Sequence[int]) -> Within | None:
-        """The notes of the owner read by exactly the members who read a note hidden from `hidden_from`."""
-        audiences = self.store.audiences(owner_id)
-        if not audiences and not hidden_from:
+    def _circle(self, owner_id: int, author: int | None, hidden_from: Sequence[int]) -> Within | None:
+        """The notes a new note of a group may link to and evolve: those of the same author and hidden from
+        exactly the same members. None for a person's own note (all of the partition is theirs)."""
+        if author == owner_id:
             return None
-        wanted = frozenset(hidden_from)
-        if not wanted:
-            return Within(excluded=frozenset(audiences))
-        return Within(only=frozenset(n for n, hidden in audiences.items() if hidden == wanted))
+        circle = (author, frozenset(hidden_from))
+        return Within(only=frozenset(n for n, found in self.store.circles(owner_id).items() if found == circle))
 
     def _link_and_store(self, owner_id: int, draft: Draft, vector: np.ndarray, extra: dict[str, Any]) -> int:
         hits = self.partitions.search(owner_id, vector, self.neighbours,
-                                      self._audience(owner_id, extra["hidden_from"]))
+                                      self._circle(owner_id, extra["author"], extra["hidden_from"]))
         scores = dict(hits)
-        notes = self.store.get_notes(owner_id, [i for i, _ in hits])  # same owner and audience by construction
+        notes = self.store.get_notes(owner_id, [i for i, _ in hits])  # same owner and circle by construction
         neighbours = [(n, scores[n.id]) for n in notes]
         decision = self.llm.evolve(draft, neighbours) if neighbours else None
         if decision and decision.should_evolve and "strengthen" in decision.actions \

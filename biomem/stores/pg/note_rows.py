@@ -159,14 +159,18 @@ class PgNoteRows:
             return {r[0] for r in conn.execute("SELECT note_id FROM hidden WHERE identity_id = ANY (%s) "
                                                "AND owner_id = ANY (%s)", [[int(p) for p in people], owners])}
 
-    def audiences(self, owner_id: int) -> dict[int, frozenset[int]]:
-        """Note id -> the members it is hidden from, for the owner's notes hidden from anyone."""
-        found: dict[int, set[int]] = {}
+    def circles(self, owner_id: int) -> dict[int, tuple[int | None, frozenset[int]]]:
+        """Note id -> (its author, the members it is hidden from) for every note of the owner: whose words a
+        note holds and who reads it, which evolution must not mix (biomem.notes.agent)."""
+        found: dict[int, tuple[int | None, set[int]]] = {}
         with self.transaction([owner_id]) as conn:
-            for note, person in conn.execute("SELECT note_id, identity_id FROM hidden WHERE owner_id = %s",
-                                             [int(owner_id)]):
-                found.setdefault(note, set()).add(person)
-        return {note: frozenset(people) for note, people in found.items()}
+            for note, author, hidden in conn.execute(
+                    "SELECT n.id, n.author_id, h.identity_id FROM notes n LEFT JOIN hidden h "
+                    "ON h.owner_id = n.owner_id AND h.note_id = n.id WHERE n.owner_id = %s", [int(owner_id)]):
+                people = found.setdefault(note, (author, set()))[1]
+                if hidden is not None:
+                    people.add(hidden)
+        return {note: (author, frozenset(people)) for note, (author, people) in found.items()}
 
     def note_vectors(self, owner_id: int) -> tuple[np.ndarray, np.ndarray | None, int]:
         """(note ids, embedding matrix, generation) of one owner's partition, oldest first."""

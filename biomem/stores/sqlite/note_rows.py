@@ -185,14 +185,18 @@ class NoteRows:
                 f"SELECT note_id FROM hidden WHERE identity_id IN ({', '.join('?' * len(people))}) "
                 f"AND owner_id IN ({', '.join('?' * len(owners))})", [*map(int, people), *map(int, owners)])}
 
-    def audiences(self, owner_id: int) -> dict[int, frozenset[int]]:
-        """Note id -> the members it is hidden from, for the owner's notes hidden from anyone."""
-        found: dict[int, set[int]] = {}
+    def circles(self, owner_id: int) -> dict[int, tuple[int | None, frozenset[int]]]:
+        """Note id -> (its author, the members it is hidden from) for every note of the owner: whose words a
+        note holds and who reads it, which evolution must not mix (biomem.notes.agent)."""
+        found: dict[int, tuple[int | None, set[int]]] = {}
         with self.lock:
-            for note, person in self.db.execute("SELECT note_id, identity_id FROM hidden WHERE owner_id = ?",
-                                                [int(owner_id)]):
-                found.setdefault(note, set()).add(person)
-        return {note: frozenset(people) for note, people in found.items()}
+            for note, author, hidden in self.db.execute(
+                    "SELECT n.id, n.author_id, h.identity_id FROM notes n LEFT JOIN hidden h "
+                    "ON h.owner_id = n.owner_id AND h.note_id = n.id WHERE n.owner_id = ?", [int(owner_id)]):
+                people = found.setdefault(note, (author, set()))[1]
+                if hidden is not None:
+                    people.add(hidden)
+        return {note: (author, frozenset(people)) for note, (author, people) in found.items()}
 
     def note_vectors(self, owner_id: int) -> tuple[np.ndarray, np.ndarray, int]:
         """(note ids, embedding matrix, generation) of one owner's partition, oldest first."""

@@ -63,6 +63,9 @@ CREATE TABLE IF NOT EXISTS hidden (
     PRIMARY KEY (note_id, identity_id)
 );
 CREATE INDEX IF NOT EXISTS hidden_by_identity ON hidden(identity_id, owner_id);
+CREATE TRIGGER IF NOT EXISTS hidden_same_owner BEFORE INSERT ON hidden
+WHEN (SELECT owner_id FROM notes WHERE id = NEW.note_id) IS NOT NEW.owner_id
+BEGIN SELECT RAISE(ABORT, 'a hidden row names the owner of its note'); END;
 INSERT OR IGNORE INTO meta VALUES ('note_total', '0');
 CREATE TRIGGER IF NOT EXISTS notes_counted AFTER INSERT ON notes
 BEGIN UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'note_total'; END;
