@@ -9,6 +9,10 @@
         with bm.session("me.jpg") as me:          # the gate runs once on the server
             me.search("locker").notes
             me.delete(note_id, probe="me_now.jpg")  # changes still need a fresh probe
+        home = bm.create_group("Home", probe="me.jpg")                  # a household, founded in person
+        bm.add_member(home.id, probe="me.jpg", member_probe="ben.jpg")  # Ben joins in person
+        bm.add("The Wi-Fi password is ...", probe="me.jpg", scope=home.id)
+        bm.search("wifi", probe="ben.jpg", filters={"scope": home.id})
 
 A probe is a path, bytes, a numpy array, a PIL image, {modality: image} for several modalities, or
 (admin key) a biomem.Probe embedding. Refusals raise the same biomem.errors class as the engine
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +35,7 @@ from typing import Any
 import httpx
 
 from . import errors
-from .stores.records import Identity, Note
+from .stores.records import Group, Identity, Note
 
 SESSION_HEADER = "X-Biomem-Session"
 FALLBACK = {401: errors.AuthenticationError, 403: errors.AuthenticationError, 413: errors.InvalidInputError,
@@ -63,10 +68,19 @@ class RemoteAnswer(RemoteSearchResult):
 
 
 def note_of(data: dict[str, Any]) -> Note:
-    """A Note from the API's memory item."""
-    return Note(id=data["id"], owner=data.get("owner", 0), content=data.get("content", data["memory"]),
+    """A Note from the API's memory item (`note.scope`: None for one's own note, else its household's id)."""
+    owner = data.get("owner", 0)
+    return Note(id=data["id"], owner=owner, content=data.get("content", data["memory"]),
                 timestamp=data.get("timestamp", ""), keywords=data.get("keywords") or [],
-                tags=data.get("tags") or [], context=data.get("context") or "", links=data.get("links") or [])
+                tags=data.get("tags") or [], context=data.get("context") or "", links=data.get("links") or [],
+                author=data.get("author", owner), metadata=data.get("metadata") or {},
+                hidden_from=data.get("hidden_from") or [])
+
+
+def group_of(data: dict[str, Any]) -> Group:
+    """A Group from the API's household item."""
+    return Group(id=data["id"], label=data["label"], members=list(data.get("members") or []),
+                 member_labels=list(data.get("member_labels") or []))
 
 
 def _search_result(data: dict[str, Any], cls: type[RemoteSearchResult] = RemoteSearchResult,
@@ -113,18 +127,33 @@ def _json_image(image: Any) -> dict[str, Any]:
     return {"data": base64.b64encode(data).decode(), "mime_type": _mime(data)}
 
 
-def request_body(fields: dict[str, Any], probe: Any = None, images: Sequence[Any] = ()) -> dict[str, Any]:
-    """httpx keyword arguments of a body: multipart (probe files beside the fields), or JSON for an
-    admin's precomputed embedding (or when nothing is sent as a file)."""
-    fields = {k: v for k, v in fields.items() if v is not None}
-    if _is_embedding(probe):
-        parts = probe if isinstance(probe, dict) else None
-        key = {"probes": {m: _json_image(p) for m, p in parts.items()}} if parts else {"probe": _json_image(probe)}
-        return {"json": {**fields, **key}}
-    files: list[tuple[str, tuple[str, bytes, str]]] = []
+def _json_probe(field: str, probe: Any) -> dict[str, Any]:
+    """A probe as JSON fields: {field: image} or, for several modalities, {field + "s": {modality: image}}."""
+    if probe is None:
+        return {}
+    if isinstance(probe, dict):
+        return {f"{field}s": {m: _json_image(p) for m, p in probe.items()}}
+    return {field: _json_image(probe)}
+
+
+def _probe_files(field: str, probe: Any) -> list[tuple[str, tuple[str, bytes, str]]]:
+    """A probe as multipart files: `field`, or `field`_<modality> for each image of several modalities."""
+    files = []
     for name, image in ([] if probe is None else probe.items() if isinstance(probe, dict) else [(None, probe)]):
         data = _image_bytes(image)
-        files.append((f"probe_{name}" if name else "probe", ("probe", data, _mime(data))))
+        files.append((f"{field}_{name}" if name else field, (field, data, _mime(data))))
+    return files
+
+
+def request_body(fields: dict[str, Any], probe: Any = None, images: Sequence[Any] = (),
+                 member_probe: Any = None) -> dict[str, Any]:
+    """httpx keyword arguments of a body: multipart (probe files beside the fields; lists and objects as JSON
+    text), or JSON for an admin's precomputed embedding (or when nothing is sent as a file). `member_probe`:
+    the newcomer's probe of a household."""
+    fields = {k: v for k, v in fields.items() if v is not None}
+    if _is_embedding(probe) or _is_embedding(member_probe):
+        return {"json": {**fields, **_json_probe("probe", probe), **_json_probe("member_probe", member_probe)}}
+    files = _probe_files("probe", probe) + _probe_files("member_probe", member_probe)
     for i, image in enumerate(images):
         data = _image_bytes(image)
         files.append(("images", (f"image-{i}", data, _mime(data))))
@@ -136,6 +165,8 @@ def request_body(fields: dict[str, Any], probe: Any = None, images: Sequence[Any
 def _form_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value)  # one form field of JSON text
     return str(value)
 
 
@@ -166,8 +197,12 @@ class _Calls:
     headers: dict[str, str]
 
     def _call(self, method: str, path: str, *, fields: dict[str, Any] | None = None, probe: Any = None,
-              images: Sequence[Any] = (), expect_body: bool = True) -> Any:
-        body = request_body(fields or {}, probe, images) if (fields or probe is not None or images) else {}
+              images: Sequence[Any] = (), member_probe: Any = None, params: dict[str, Any] | None = None,
+              expect_body: bool = True) -> Any:
+        sent = fields or probe is not None or images or member_probe is not None
+        body = request_body(fields or {}, probe, images, member_probe) if sent else {}
+        if params:
+            body["params"] = {k: v for k, v in params.items() if v is not None}
         response = self.http.request(method, f"/v1{path}", headers=self.headers, **body)
         raise_for_error(response)
         return response.json() if expect_body and response.content else None
@@ -181,27 +216,39 @@ class RemoteSession(_Calls):
         self.label, self.broad, self.expires_in = reply["label"], reply["broad"], reply["expires_in"]
         self.headers = {**client.headers, SESSION_HEADER: self.token}
 
-    def search(self, query: str, *, k: int = 10, links: int = 0) -> RemoteSearchResult:
-        """Gated search as the session's person."""
-        return _search_result(self._call("POST", "/search", fields={"query": query, "k": k, "links": links}))
+    def search(self, query: str, *, k: int = 10, links: int = 0, filters: dict[str, Any] | None = None,
+               threshold: float | None = None) -> RemoteSearchResult:
+        """Gated search as the session's person: their notes and their households' (`filters` narrow them)."""
+        return _search_result(self._call("POST", "/search", fields=_search_fields(query, k, links, filters,
+                                                                                  threshold)))
 
     def ask(self, question: str, *, k: int = 10, links: int = 0) -> RemoteAnswer:
         """An answer from the session's person's notes."""
         data = self._call("POST", "/ask", fields={"question": question, "k": k, "links": links})
         return _search_result(data, RemoteAnswer, text=data["answer"])
 
-    def add(self, text: str, *, timestamp: str | None = None, infer: bool = True) -> Note:
-        """Remember `text` for the session's person."""
-        data = self._call("POST", "/memories", fields={"text": text, "timestamp": timestamp, "infer": infer})
+    def add(self, text: str, *, scope: int | None = None, hidden_from: Sequence[int] = (),
+            metadata: dict[str, Any] | None = None, timestamp: str | None = None, infer: bool = True) -> Note:
+        """Remember `text` for the session's person (or, with `scope`, in a household of theirs)."""
+        data = self._call("POST", "/memories", fields={"text": text, "timestamp": timestamp, "infer": infer,
+                                                       **_placement(scope, hidden_from, metadata)})
         return note_of(data["results"][0])
 
     def get(self, note_id: int) -> Note:
         """One of the person's notes (NoteNotFoundError for anyone else's)."""
         return note_of(self._call("GET", f"/memories/{int(note_id)}"))
 
-    def get_all(self) -> list[Note]:
-        """Every note of the person (the session must be broad: opened with a step-up-clear probe)."""
-        return [note_of(n) for n in self._call("GET", "/memories")["results"]]
+    def get_all(self, *, filters: dict[str, Any] | None = None, page: int = 1,
+                page_size: int | None = None) -> list[Note]:
+        """The notes the person may read, theirs and their households', oldest first, that match `filters`; page
+        `page` of `page_size` (the session must be broad: opened with a step-up-clear probe)."""
+        params = {"filters": json.dumps(filters) if filters is not None else None,
+                  "page": page if page != 1 else None, "page_size": page_size}
+        return [note_of(n) for n in self._call("GET", "/memories", params=params)["results"]]
+
+    def groups(self) -> list[Group]:
+        """The person's households, with their members."""
+        return [group_of(g) for g in self._call("POST", "/groups/mine")["results"]]
 
     def history(self, note_id: int) -> list[dict[str, Any]]:
         """A note's events, oldest first."""
@@ -265,24 +312,28 @@ class BioMemoryClient(_Calls):
         """Open a session with one probe; use it as a context manager."""
         return RemoteSession(self, self._call("POST", "/sessions", fields={"ttl": ttl}, probe=probe))
 
-    def add(self, text: str, *, probe: Any = None, identity: int | None = None, timestamp: str | None = None,
+    def add(self, text: str, *, probe: Any = None, identity: int | None = None, scope: int | None = None,
+            hidden_from: Sequence[int] = (), metadata: dict[str, Any] | None = None, timestamp: str | None = None,
             infer: bool = True) -> Note:
-        """Remember `text` for the probe's owner, or (admin key) for `identity`."""
-        return self.add_messages(None, text=text, probe=probe, identity=identity, timestamp=timestamp, infer=infer)[0]
+        """Remember `text` for the probe's owner, or (admin key) for `identity`; with `scope`, in a household of
+        theirs, never retrieved by the members of `hidden_from`; `metadata` a small JSON object filters read."""
+        return self.add_messages(None, text=text, probe=probe, identity=identity, scope=scope,
+                                 hidden_from=hidden_from, metadata=metadata, timestamp=timestamp, infer=infer)[0]
 
     def add_messages(self, messages: list[dict[str, str]] | None, *, text: str | None = None, probe: Any = None,
-                     identity: int | None = None, timestamp: str | None = None, infer: bool = True) -> list[Note]:
+                     identity: int | None = None, scope: int | None = None, hidden_from: Sequence[int] = (),
+                     metadata: dict[str, Any] | None = None, timestamp: str | None = None,
+                     infer: bool = True) -> list[Note]:
         """Mem0's add: each non-system message (or `text`) becomes a note of the probe's owner."""
-        fields = {"text": text, "messages": messages, "identity": identity, "timestamp": timestamp, "infer": infer}
-        if messages is not None and probe is not None and not _is_embedding(probe):
-            import json
-
-            fields["messages"] = json.dumps(messages)  # one multipart field
+        fields = {"text": text, "messages": messages, "identity": identity, "timestamp": timestamp, "infer": infer,
+                  **_placement(scope, hidden_from, metadata)}
         return [note_of(n) for n in self._call("POST", "/memories", fields=fields, probe=probe)["results"]]
 
-    def search(self, query: str, *, probe: Any, k: int = 10, links: int = 0) -> RemoteSearchResult:
-        """Gated search: only the probe's owner's notes can come back."""
-        return _search_result(self._call("POST", "/search", fields={"query": query, "k": k, "links": links},
+    def search(self, query: str, *, probe: Any, k: int = 10, links: int = 0, filters: dict[str, Any] | None = None,
+               threshold: float | None = None) -> RemoteSearchResult:
+        """Gated search: only notes the probe's owner may read (theirs, their households') can come back;
+        `filters` narrow them, `threshold` is the least cosine a hit needs."""
+        return _search_result(self._call("POST", "/search", fields=_search_fields(query, k, links, filters, threshold),
                                          probe=probe))
 
     def ask(self, question: str, *, probe: Any, k: int = 10, links: int = 0) -> RemoteAnswer:
@@ -295,10 +346,12 @@ class BioMemoryClient(_Calls):
         with self.session(probe) as me:
             return me.get(note_id)
 
-    def get_all(self, *, probe: Any) -> list[Note]:
-        """Every note of the requester: a broad read, so the probe must clear the step-up match."""
+    def get_all(self, *, probe: Any, filters: dict[str, Any] | None = None, page: int = 1,
+                page_size: int | None = None) -> list[Note]:
+        """The notes the requester may read, oldest first, that match `filters` (page `page` of `page_size`):
+        a broad read, so the probe must clear the step-up match."""
         with self.session(probe) as me:
-            return me.get_all()
+            return me.get_all(filters=filters, page=page, page_size=page_size)
 
     def history(self, note_id: int, *, probe: Any) -> list[dict[str, Any]]:
         """A note's events (through a short session)."""
@@ -321,3 +374,60 @@ class BioMemoryClient(_Calls):
         if identity is not None:
             return self._call("DELETE", f"/identities/{int(identity)}")["id"]
         return self._call("DELETE", "/identities/me", probe=probe)["id"]
+
+    # ---- households ---------------------------------------------------------------------------
+
+    def create_group(self, label: str, *, probe: Any = None, identity: int | None = None) -> Group:
+        """Found a household: the requester (a fresh step-up probe) or, with an admin key, person `identity`
+        is its first member."""
+        if (probe is None) == (identity is None):
+            raise errors.InvalidInputError("create_group() takes exactly one of probe= or identity=")
+        if identity is not None:
+            return group_of(self._call("POST", "/admin/groups", fields={"label": label, "identity": int(identity)}))
+        return group_of(self._call("POST", "/groups", fields={"label": label}, probe=probe))
+
+    def add_member(self, group_id: int, *, probe: Any = None, member_probe: Any = None,
+                   identity: int | None = None) -> Group:
+        """Add someone to a household: a member's fresh probe and the newcomer's own (`member_probe`), or, with
+        an admin key, person `identity`."""
+        if identity is not None:
+            if probe is not None or member_probe is not None:
+                raise errors.InvalidInputError("add_member() takes probe= and member_probe=, or identity= alone")
+            return group_of(self._call("POST", f"/admin/groups/{int(group_id)}/members",
+                                       fields={"identity": int(identity)}))
+        if probe is None or member_probe is None:
+            raise errors.InvalidInputError("add_member() needs the member's probe= and the newcomer's member_probe=")
+        return group_of(self._call("POST", f"/groups/{int(group_id)}/members", probe=probe,
+                                   member_probe=member_probe))
+
+    def remove_member(self, group_id: int, member_id: int, *, probe: Any = None,
+                      operator: bool = False) -> Group | None:
+        """Take a member out of a household (a member's fresh probe, or operator=True with an admin key); None
+        when the last member left and the household was erased."""
+        if operator == (probe is not None):
+            raise errors.InvalidInputError("remove_member() takes either a member's probe= or operator=True")
+        path = f"/groups/{int(group_id)}/members/{int(member_id)}"
+        data = self._call("DELETE", f"/admin{path}") if operator else self._call("DELETE", path, probe=probe)
+        return group_of(data["group"]) if data.get("group") else None
+
+    def groups(self, *, probe: Any) -> list[Group]:
+        """The requester's households, with their members."""
+        return [group_of(g) for g in self._call("POST", "/groups/mine", probe=probe)["results"]]
+
+    def delete_group(self, group_id: int, *, probe: Any = None, operator: bool = False) -> int:
+        """Erase a household and its notes (a member's fresh probe, or operator=True with an admin key)."""
+        if operator == (probe is not None):
+            raise errors.InvalidInputError("delete_group() takes either a member's probe= or operator=True")
+        path = f"/groups/{int(group_id)}"
+        data = self._call("DELETE", f"/admin{path}") if operator else self._call("DELETE", path, probe=probe)
+        return data["id"]
+
+
+def _placement(scope: int | None, hidden_from: Sequence[int], metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """The fields of an add that say where a note goes and what it carries (left out when not given)."""
+    return {"scope": scope, "hidden_from": list(hidden_from) if hidden_from else None, "metadata": metadata}
+
+
+def _search_fields(query: str, k: int, links: int, filters: dict[str, Any] | None,
+                   threshold: float | None) -> dict[str, Any]:
+    return {"query": query, "k": k, "links": links, "filters": filters, "threshold": threshold}

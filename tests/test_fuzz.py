@@ -316,3 +316,60 @@ def test_every_mcp_tool_answers_fuzzed_arguments_with_a_refusal_or_success(targe
         print(f"{name}: {outcomes.total()} cases: {dict(outcomes)}")
     print(f"MCP: {sum(c.total() for c in cases.values())} fuzzed calls, 0 server errors")
     assert set(cases) == {tool["name"] for tool in tools}
+
+
+# ---- households' bodies: filters and metadata from their grammar ------------------------------------------
+
+SCALARS = st.none() | st.booleans() | st.integers(-(2**64), 2**64) | st.floats() | TEXT | \
+    st.sampled_from(["2024-03-01", "2024-03-02T09:15:00", "hall", ""])
+VALUES = SCALARS | st.lists(SCALARS, max_size=3)
+FIELDS = st.sampled_from(["scope", "author", "tags", "keywords", "timestamp", "metadata.room", "metadata.n",
+                          "metadata.", "metadata.a b", "owner", "AND", "NOT"]) | st.text(max_size=8)
+OPERATORS = st.sampled_from(["eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "contains", "icontains", "like"])
+CONDITIONS = st.builds(lambda name, value: {name: value}, FIELDS,
+                       VALUES | st.dictionaries(OPERATORS, VALUES, max_size=2))
+FILTER_TREES = st.recursive(
+    CONDITIONS, lambda inner: st.builds(lambda word, parts: {word: parts}, st.sampled_from(["AND", "OR"]),
+                                        st.lists(inner, max_size=3))
+    | st.builds(lambda part: {"NOT": part}, inner) | st.builds(lambda a, b: {**a, **b}, inner, inner),
+    max_leaves=8)
+METADATA = st.dictionaries(st.sampled_from(["room", "n", "a b", "", "x" * 70]) | st.text(max_size=6),
+                           VALUES | st.dictionaries(st.text(max_size=3), SCALARS, max_size=2), max_size=4)
+
+
+def test_filters_and_metadata_from_their_grammar_answer_with_a_typed_4xx_or_success(target):
+    """Filter trees and metadata that look like the real thing (fields, operators, AND/OR/NOT, values of every
+    JSON type) through search, the list-all route, add and MCP recall: a typed refusal or a success, never a
+    5xx, and a refusal writes nothing."""
+    secret, key = target.keys["agent"]
+    auth = {"Authorization": f"Bearer {secret}"}
+    photo = {"data": target.photo, "mime_type": "image/jpeg"}
+    outcomes: Counter[str] = Counter()
+
+    @FUZZ
+    @given(FILTER_TREES, METADATA, st.none() | st.floats(-2, 2))
+    def case(filters: dict[str, Any], metadata: dict[str, Any], threshold: float | None) -> None:
+        token = session_of(target, key.tag)
+        requests = [
+            ("POST", "/v1/search", {"query": "PIN", "probe": photo, "filters": filters, "threshold": threshold}, {}),
+            ("GET", "/v1/memories", None, {"params": {"filters": json.dumps(filters, allow_nan=True)},
+                                           "headers": {SESSION: token}}),
+            ("POST", "/v1/memories", {"text": "fuzzed note", "infer": False, "probe": photo, "metadata": metadata},
+             {}),
+        ]
+        for method, path, body, extra in requests:
+            before = digest(target.mem)
+            content = raw(body) if body is not None else None
+            headers = {**auth, "Content-Type": "application/json", **extra.pop("headers", {})}
+            response = target.http.request(method, path, content=content, headers=headers, **extra)
+            assert response.status_code < 500 and not target.tracebacks, (path, body, response.text[:300])
+            if response.status_code >= 400:
+                assert response.json()["error"]["type"] and digest(target.mem) == before, (path, response.text)
+            outcomes[f"{method} {path} {response.status_code}"] += 1
+        reply = mcp(target, "tools/call", {"name": "recall", "arguments": {
+            "query": "PIN", "probe": photo, "filters": filters}}).json()
+        assert "error" in reply or not reply["result"].get("isError") or \
+            reply["result"]["content"][0]["text"].split(":")[0] != "Something went wrong", reply
+    case()
+    print(dict(outcomes))
+    assert any(o.endswith(" 200") for o in outcomes) and any(o.endswith(" 422") for o in outcomes)

@@ -107,7 +107,7 @@ def demo(tmp_path_factory, text_encoder, face_encoder) -> Iterator[tuple[str, Bi
 def test_tools_are_listed_with_descriptions_and_the_probe_schema(demo):
     url, _ = demo
     tools = {tool.name: tool for tool in session(url, lambda client: client.list_tools()).tools}
-    assert set(tools) == {"remember", "recall", "ask", "forget_note"}
+    assert set(tools) == {"remember", "recall", "ask", "forget_note", "my_groups"}
     for tool in tools.values():
         assert "face in `probe`" in tool.description and "never by a name" in tool.description
         schema = tool.input_schema
@@ -291,7 +291,7 @@ def test_keys_and_attempt_limits(make_memory, caplog):
     amem = AsyncBioMemory(mem, workers=1)
     try:
         with serving(build_mcp(amem)) as url:  # the app on its own, running its own lifespan
-            assert len(session(url, lambda client: client.list_tools()).tools) == 4  # no key in the store: local
+            assert len(session(url, lambda client: client.list_tools()).tools) == 5  # no key in the store: local
             secret, key = create_key(mem.store, "kiosk", "agent")
             assert refused(url, None) == 401
             assert refused(url, "bm_not-a-key") == 401

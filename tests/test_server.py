@@ -157,7 +157,8 @@ def test_the_page_mcp_and_the_openapi_document_are_served(service):
     assert "ErrorReply" in spec["components"]["schemas"]
     tools = service.http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers={
         "Authorization": f"Bearer {service.keys['agent']}", "Accept": "application/json, text/event-stream"})
-    assert {t["name"] for t in tools.json()["result"]["tools"]} == {"remember", "recall", "ask", "forget_note"}
+    assert {t["name"] for t in tools.json()["result"]["tools"]} == {"remember", "recall", "ask", "forget_note",
+                                                                    "my_groups"}
 
 
 # ---- reads as owner, non-owner and stranger ------------------------------------------------------

@@ -24,6 +24,8 @@ PAGE: dict[str, str] = {
     "page:status": PUBLIC, "page:sample": PUBLIC, "page:view": PUBLIC, "page:sign_in": PUBLIC,
     "page:ask": PUBLIC, "page:remember": PUBLIC, "page:compare": PUBLIC,
     "page:unlock": PUBLIC, "page:delete_note": PUBLIC, "page:forget": PUBLIC,
+    # households: one's own (the probe's), founded and joined with fresh probes of everyone concerned
+    "page:households": PUBLIC, "page:found_household": PUBLIC, "page:join_household": PUBLIC,
     "page:calibrate_samples": PUBLIC,
     "page:load_demo": AGENT, "page:enrol": AGENT,
     "page:calibrate_folder": ADMIN, "page:store_tau": ADMIN, "page:import_locomo": ADMIN,
@@ -38,10 +40,16 @@ REST: dict[str, str] = {
     "rest:GET /memories/{note_id}/history": AGENT, "rest:PUT /memories/{note_id}": AGENT,
     "rest:DELETE /memories/{note_id}": AGENT,
     "rest:POST /search": AGENT, "rest:POST /ask": AGENT,
+    # households: a requester's calls are probe-keyed; the operator's by id are an admin's
+    "rest:POST /groups": AGENT, "rest:POST /groups/mine": AGENT, "rest:POST /groups/{group_id}/members": AGENT,
+    "rest:DELETE /groups/{group_id}/members/{member_id}": AGENT, "rest:DELETE /groups/{group_id}": AGENT,
+    "rest:POST /admin/groups": ADMIN, "rest:POST /admin/groups/{group_id}/members": ADMIN,
+    "rest:DELETE /admin/groups/{group_id}/members/{member_id}": ADMIN, "rest:DELETE /admin/groups/{group_id}": ADMIN,
     # what a route's body may ask beyond the route itself
     "rest:add by identity id": ADMIN, "rest:precomputed embedding": ADMIN, "rest:store counts": ADMIN,
 }
-MCP: dict[str, str] = {"mcp:remember": AGENT, "mcp:recall": AGENT, "mcp:ask": AGENT, "mcp:forget_note": AGENT}
+MCP: dict[str, str] = {"mcp:remember": AGENT, "mcp:recall": AGENT, "mcp:ask": AGENT, "mcp:forget_note": AGENT,
+                       "mcp:my_groups": AGENT}
 REQUIRED: dict[str, str] = {**PAGE, **REST, **MCP}
 
 

@@ -15,6 +15,7 @@ from ..errors import (
     EnrolmentError,
     EnrolmentRefusedError,
     ForgetIncompleteError,
+    GroupNotFoundError,
     ImageBombError,
     ImageTooLargeError,
     ImageTooSmallError,
@@ -59,6 +60,9 @@ ERRORS: list[tuple[type[BaseException], str, str]] = [
     (UnknownIdentityError, "Not recognised",
      "The probe matches nobody enrolled, so nothing was read or stored. Enrol first."),
     (NoteNotFoundError, "No such note", "None of your notes has that id."),
+    # one message whatever the id: a household the requester is not in reads as one that does not exist
+    (GroupNotFoundError, "No such household",
+     "None of your households has that id, or that person is not a member of it."),
     (TooManyAttemptsError, "Too many attempts", ""),
     (SessionExpiredError, "Session ended", ""),
     (AuthenticationError, "Not authorised", ""),
@@ -83,7 +87,7 @@ ERRORS: list[tuple[type[BaseException], str, str]] = [
 ]
 # entries whose line says all: the error's own text would add a decoder's internals, not a reason
 SELF_EXPLAINED = (NoFaceError, MultipleFacesError, NoPalmError, CorruptImageError, InvalidImageError,
-                  UnknownIdentityError, NoteNotFoundError)
+                  UnknownIdentityError, NoteNotFoundError, GroupNotFoundError)
 LOGGED_ONLY = (LLMError, ModelUnavailableError, StoreCorruptError, KeyUnavailableError,
                ForgetIncompleteError)  # their details name servers and paths
 

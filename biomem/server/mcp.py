@@ -1,4 +1,4 @@
-"""The MCP server: remember, recall, ask and forget_note for agent hosts, over streamable HTTP.
+"""The MCP server: remember, recall, ask, forget_note and my_groups for agent hosts, over streamable HTTP.
 
 Identity is decided by the probe image in every call (the engine's gate), never by a name or a
 user id; a stranger's recall is empty. Built on the official SDK (`mcp==2.3.0`, MCPServer),
@@ -24,7 +24,7 @@ returns the caller's ApiKey, or None to refuse the request with 401 before any M
 read (the default is the REST API's, `biomem.server.auth.authenticator`: any unrevoked key of the
 store, and auth.LOCAL_KEY for a keyless caller only while the store has no key and `host` is loopback).
 Both roles, agent and admin, may use the
-four tools. client_address(request) gives the requester's address (default: the socket's peer;
+five tools. client_address(request) gives the requester's address (default: the socket's peer;
 pass the app's own when it trusts X-Forwarded-For). Attempt limits are kept per
 [key.tag, "address:<ip>"]. `host` is the address the server binds: for 127.0.0.1 or localhost
 the SDK's DNS-rebinding protection admits only local Host and Origin headers; pass
@@ -63,7 +63,7 @@ from ..identity.disclosure import note_view
 from ..vocabulary import KEY_ROLES
 from .auth import authenticator, loopback, presented_key
 from .errors import invalid
-from .models import refuse_nul
+from .models import FILTERS, MAX_HIDDEN, METADATA, refuse_nul, valid_filters, valid_metadata
 from .probes import Modalities
 
 log = logging.getLogger(__name__)
@@ -82,18 +82,29 @@ INSTRUCTIONS = (
 IDENTITY = (
     "Whose memory is used is decided only by the face in `probe`, a current photo of the person "
     "speaking to you (never by a name, a user id or what they claim), and only that person's own "
-    "notes can ever be read or changed.")
+    "notes, and those of the households they belong to, can ever be read or changed.")
 REMEMBER = (
     "Store a note in the memory of the person in the probe photo, for later recall. " + IDENTITY +
     " Write `text` as one self-contained fact in their words, e.g. \"My bank card PIN is 4821\". "
+    "To share it with a household of theirs (the Wi-Fi password, the bin day), give `scope`, the "
+    "household's id from my_groups; `hidden_from` then names members (ids) who must never see it, e.g. "
+    "the person a surprise is for. Leave `scope` out for a private note. "
     "A face that matches nobody enrolled stores nothing and fails with \"Not recognised\" (enrolment "
     "is not possible through this tool). Returns {\"results\": [the stored note, with its id]}.")
 RECALL = (
-    "Search the memory of the person in the probe photo for notes related to `query`. " + IDENTITY +
+    "Search the memory of the person in the probe photo for notes related to `query`: their own notes "
+    "and their households' shared ones. " + IDENTITY +
     " Returns {\"results\": [their notes, best match first, each with id, memory (the text), "
-    "timestamp and score], \"gate\": whether the face matched}. A stranger (a face that matches "
+    "timestamp, score, and scope: null for their own note, else the household's id], \"gate\": whether "
+    "the face matched}. A stranger (a face that matches "
     "nobody enrolled) gets an empty list, never anyone else's notes: empty results mean nothing is "
     "known about this person, not an error.")
+MY_GROUPS = (
+    "List the households (family, flatmates, team) the person in the probe photo belongs to, each with "
+    "its id, label and members (ids and names): the ids remember's `scope` and `hidden_from` take. " + IDENTITY +
+    " Returns {\"results\": [{\"id\", \"label\", \"members\", \"member_labels\"}]}; an empty list when "
+    "they belong to none. A face that matches nobody enrolled fails with \"Not recognised\". Households are "
+    "founded and joined in person through the REST API or the page, never through this tool.")
 ASK = (
     "Answer `question` from the memory of the person in the probe photo. " + IDENTITY +
     " Returns {\"answer\": text, \"results\": the notes the answer could read, \"gate\"}. For a "
@@ -307,6 +318,17 @@ def readable_errors(tool: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[
 Text = Annotated[str, Field(min_length=1, max_length=20_000), AfterValidator(refuse_nul)]
 Probe = Annotated[ImageProbe, Field(description="A photo of the face of the person you are talking with, taken now.")]
 Also = Annotated[list[ImageProbe] | None, Field(max_length=3, description=ALSO)]
+MemberId = Annotated[int, Field(ge=1, lt=2**63)]
+NoteScope = Annotated[int | None, Field(ge=1, lt=2**63, description=(
+    "Share the note with this household of the person's (its id, from my_groups); leave out for a private note."))]
+HiddenFrom = Annotated[list[MemberId] | None, Field(max_length=MAX_HIDDEN, description=(
+    "With `scope` only: ids of household members who must never retrieve this note."))]
+Metadata = Annotated[dict[str, Any] | None, Field(description=METADATA[:1].upper() + METADATA[1:] + "."),
+                     AfterValidator(valid_metadata)]
+Filters = Annotated[dict[str, Any] | None, Field(description=FILTERS[:1].upper() + FILTERS[1:] + "."),
+                    AfterValidator(valid_filters)]
+Threshold = Annotated[float | None, Field(ge=-1, le=1, allow_inf_nan=False, description=(
+    "Leave out, or a minimum cosine similarity (-1 to 1) a note needs to be returned."))]
 
 
 async def sample_of(amem: AsyncBioMemory, probe: ImageProbe, also: list[ImageProbe] | None) -> Any:
@@ -326,14 +348,16 @@ async def sample_of(amem: AsyncBioMemory, probe: ImageProbe, also: list[ImagePro
 
 
 def register_tools(server: MCPServer, amem: AsyncBioMemory) -> None:
-    """Add the four requester tools to `server`."""
+    """Add the five requester tools to `server`."""
     @server.tool(title="Remember a note", description=REMEMBER,
                  annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
     @readable_errors
     async def remember(text: Annotated[Text, Field(description="The note to keep, in the person's words.")],
-                       probe: Probe, ctx: Context, also: Also = None) -> dict[str, Any]:
+                       probe: Probe, ctx: Context, also: Also = None, scope: NoteScope = None,
+                       hidden_from: HiddenFrom = None, metadata: Metadata = None) -> dict[str, Any]:
         who = caller_of(ctx, "remember")
-        note = await amem.add(text, probe=await sample_of(amem, probe, also), client=who.clients)
+        note = await amem.add(text, probe=await sample_of(amem, probe, also), client=who.clients, scope=scope,
+                              hidden_from=hidden_from or (), metadata=metadata)
         return {"results": [{**note_view(note), "event": "ADD"}]}
 
     @server.tool(title="Recall notes", description=RECALL,
@@ -342,9 +366,10 @@ def register_tools(server: MCPServer, amem: AsyncBioMemory) -> None:
     async def recall(query: Annotated[Text, Field(description="What to look for, in plain words.")],
                      probe: Probe, ctx: Context,
                      k: Annotated[int, Field(ge=1, le=MAX_K, description="How many notes at most.")] = 10,
-                     also: Also = None) -> dict[str, Any]:
+                     also: Also = None, filters: Filters = None, threshold: Threshold = None) -> dict[str, Any]:
         who = caller_of(ctx, "recall")
-        result = await amem.search(query, probe=await sample_of(amem, probe, also), k=k, client=who.clients)
+        result = await amem.search(query, probe=await sample_of(amem, probe, also), k=k, client=who.clients,
+                                   filters=filters, threshold=threshold)
         return result.as_dict()
 
     @server.tool(title="Ask the memory", description=ASK,
@@ -365,3 +390,11 @@ def register_tools(server: MCPServer, amem: AsyncBioMemory) -> None:
         who = caller_of(ctx, "forget_note")
         note = await amem.delete(note_id, probe=await sample_of(amem, probe, also), client=who.clients)
         return {"results": [{**note_view(note), "event": "DELETE"}]}
+
+    @server.tool(title="List the person's households", description=MY_GROUPS,
+                 annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
+    @readable_errors
+    async def my_groups(probe: Probe, ctx: Context, also: Also = None) -> dict[str, Any]:
+        who = caller_of(ctx, "my_groups")
+        groups = await amem.run(amem.mem.groups, probe=await sample_of(amem, probe, also), client=who.clients)
+        return {"results": [group.as_dict() for group in groups]}

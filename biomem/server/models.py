@@ -11,9 +11,33 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from ..notes.timeparse import parse_timestamp
+from ..stores.filters import MAX_METADATA_KEYS, check_metadata, parse_filters
+
 B64 = "iVBORw0KGgo..."  # an abbreviated base64 PNG, for the examples
 MAX_EMBEDDING = 8192  # values of a precomputed probe
 Modality = Annotated[str, StringConstraints(min_length=1, max_length=100)]
+Id = Annotated[int, Field(gt=0, lt=2**63)]
+MAX_HIDDEN = 100  # members a household note is hidden from
+FILTERS = ("Mem0-style filters over scope, author, tags, keywords, timestamp and metadata.<key>: "
+           '{"AND": [...]}, {"OR": [...]}, {"NOT": {...}}, {"<field>": value} or {"<field>": {"<op>": value}} '
+           "with eq ne gt gte lt lte in nin contains icontains; they narrow what the gate admitted, never widen it")
+METADATA = (f"a flat JSON object (at most {MAX_METADATA_KEYS} keys) of strings, numbers, booleans, null or lists "
+            "of those, that filters read")
+
+
+def valid_filters(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Filters the engine would refuse are refused with its message (before any probe is encoded)."""
+    if value is not None:
+        parse_filters(value, timestamp=parse_timestamp)  # InvalidInputError is a ValueError: a 422
+    return value
+
+
+def valid_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Metadata the engine would refuse (nested, too big, a bad key) is refused with its message."""
+    if value is not None:
+        check_metadata(value)
+    return value
 
 
 def refuse_nul(value: Any) -> Any:
@@ -86,7 +110,15 @@ class AddBody(ProbeFields):
     messages: list[Message] | None = Field(None, min_length=1, max_length=50)
     infer: bool = Field(True, description="false: store the text as given (no LLM analysis, links or evolution)")
     timestamp: str | None = Field(None, max_length=100, description="ISO 8601 or '1:56 pm on 8 May, 2023'")
-    identity: int | None = Field(None, gt=0, description="trusted import for this identity id (admin key only)")
+    identity: int | None = Field(None, gt=0, lt=2**63, description=(
+        "trusted import for this identity id, a person or a household (admin key only)"))
+    scope: Id | None = Field(None, description="a household of the requester's to write into (default: their own "
+                                                "notes); POST /v1/groups/mine lists them")
+    hidden_from: list[Id] | None = Field(None, max_length=MAX_HIDDEN, description=(
+        "members of the `scope` household (identity ids) who must never retrieve this note"))
+    metadata: dict[str, Any] | None = Field(None, description=METADATA)
+
+    metadata_checked = field_validator("metadata")(valid_metadata)
 
     def texts(self) -> list[str]:
         """What to store: the text, or the content of every non-system message."""
@@ -106,6 +138,10 @@ class SearchBody(ProbeFields):
     query: str = Field(min_length=1, max_length=10_000)
     k: int = Field(10, ge=1, le=100, description="notes to retrieve")
     links: int = Field(0, ge=0, le=10, description="linked notes per hit to add (A-Mem)")
+    filters: dict[str, Any] | None = Field(None, description=FILTERS)
+    threshold: float | None = Field(None, ge=-1, le=1, description="minimum cosine similarity of a hit")
+
+    filters_checked = field_validator("filters")(valid_filters)
 
 
 class AskBody(ProbeFields):
@@ -127,6 +163,58 @@ class StepUpBody(ProbeFields):
     """A fresh step-up probe (deleting a note, forgetting oneself)."""
 
     keep_history: bool = Field(False, description="delete only: keep the note's text in its history")
+
+
+class ProbeBody(ProbeFields):
+    """The requester's probe alone (a fresh step-up probe where the route changes something)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"probe": {"data": B64, "mime_type": "image/png"}}]})
+
+
+class GroupBody(ProbeFields):
+    """Found a household: the requester (a fresh step-up probe) is its first member."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"label": "Home", "probe": {"data": B64, "mime_type": "image/png"}}]})
+    label: str = Field(min_length=1, max_length=100, description="the household's name (unique among yours)")
+
+    @field_validator("label")
+    @classmethod
+    def label_not_blank(cls, value: str) -> str | None:
+        """A household's name must say something."""
+        return _text(value)
+
+
+class MemberBody(ProbeFields):
+    """Add a person to a household: a member's fresh step-up probe (`probe`) and the newcomer's own
+    (`member_probe`); multipart sends image files `probe` and `member_probe`."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"probe": {"data": B64, "mime_type": "image/png"}, "member_probe": {"data": B64, "mime_type": "image/png"}}]})
+    member_probe: ProbeData | None = Field(None, description="the newcomer's image, taken now")
+    member_probes: dict[Modality, ProbeData] | None = Field(None, max_length=8,
+                                                            description="the newcomer's images: {modality: image}")
+
+
+class AdminGroupBody(BodyModel):
+    """Found a household for person `identity` (admin key)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"label": "Home", "identity": 1}]})
+    label: str = Field(min_length=1, max_length=100)
+    identity: Id = Field(description="the founder's identity id")
+
+    @field_validator("label")
+    @classmethod
+    def label_not_blank(cls, value: str) -> str | None:
+        """A household's name must say something."""
+        return _text(value)
+
+
+class AdminMemberBody(BodyModel):
+    """Add person `identity` to a household (admin key)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"identity": 2}]})
+    identity: Id = Field(description="the newcomer's identity id")
 
 
 class EnrolBody(BodyModel):
@@ -165,6 +253,10 @@ class MemoryItem(Reply):
     tags: list[str] | None = None
     context: str | None = None
     links: list[int] | None = None
+    scope: int | None = Field(None, description="null for the requester's own note, else its household's id")
+    author: int | None = Field(None, description="who wrote it (null: an operator's import into a household)")
+    metadata: dict[str, Any] | None = None
+    hidden_from: list[int] | None = Field(None, description="household members who never retrieve it")
     score: float | None = Field(None, description="cosine to the query, rounded")
     via: int | None = Field(None, description="linked notes: the hit it was reached from")
     event: Literal["ADD", "UPDATE", "DELETE"] | None = None
@@ -201,6 +293,7 @@ class HistoryItem(Reply):
     new_memory: str | None = None
     before: dict[str, Any] | None = None
     after: dict[str, Any] | None = None
+    actor: int | None = Field(None, description="who made the change (null: the operator, or a forgotten person)")
     created_at: str
 
 
@@ -227,10 +320,38 @@ class ForgetReply(Reply):
     forgotten: bool = True
 
 
+class GroupItem(Reply):
+    """A household the requester belongs to, with its members (identity ids and labels, in joining order)."""
+
+    id: int
+    label: str
+    members: list[int]
+    member_labels: list[str]
+
+
+class GroupsReply(Reply):
+    results: list[GroupItem]
+
+
+class MembershipReply(Reply):
+    """A member taken out of a household; `group` is null when the last member left and it was erased."""
+
+    id: int
+    removed: int
+    group: GroupItem | None = None
+    deleted: bool = Field(False, description="the household was left empty and erased with its notes")
+
+
+class GroupDeletedReply(Reply):
+    id: int
+    deleted: bool = True
+
+
 class HealthReply(Reply):
     status: str
     version: str
-    store: dict[str, Any] | None = Field(None, description="admin key only: counts, encoder, τ, LLM, policy")
+    store: dict[str, Any] | None = Field(None, description="admin key only: counts, encoder, τ, LLM, policy, "
+                                                        "households (per_group)")
 
 
 class ErrorDetail(BaseModel):

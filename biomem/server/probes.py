@@ -1,8 +1,9 @@
 """A request's body as fields and a probe the engine can take, from multipart or JSON.
 
 Multipart (`curl -F`): text fields beside image files `probe` (the store's default modality),
-`probe_<modality>` (one per modality of a multi-modal probe) or `images` (enrolment).
-JSON: the same fields, images as base64 objects:
+`probe_<modality>` (one per modality of a multi-modal probe), `images` (enrolment) or `member_probe`
+(the newcomer joining a household); fields that hold JSON (messages, metadata, hidden_from, filters)
+are JSON text in their form field. JSON: the same fields, images as base64 objects:
 
     {"query": "my PIN?", "probe": {"data": "<base64>", "mime_type": "image/png"}}
     {"query": "my PIN?", "probes": {"face-arcface-s": {...}, "palm-compcode": {...}}}
@@ -41,6 +42,7 @@ from .models import ProbeData
 MAX_BODY = MAX_FILE_BYTES * 3 // 2  # bytes of one request body: one photo of the largest size as base64, and fields
 MAX_IMAGES = 10  # enrolment captures per request
 MAX_FIELDS = 32  # text fields of a form
+JSON_FIELDS = ("messages", "metadata", "hidden_from", "filters")  # form fields that hold JSON (a list, an object)
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -75,11 +77,13 @@ class StrictFormParser(FormParser):
 
 @dataclass
 class Body:
-    """A parsed request: the validated fields, the probe (None if none was sent) and enrolment images."""
+    """A parsed request: the validated fields, the probe (None if none was sent), enrolment images and, for
+    a route that adds someone to a household, the newcomer's probe."""
 
     fields: Any
     probe: Any = None
     images: list[Any] = field(default_factory=list)
+    member_probe: Any = None
 
 
 def media_type(request: Request) -> str:
@@ -93,9 +97,12 @@ async def parse(request: Request, model: type[M], caller: Caller, mem: BioMemory
     kind = media_type(request)
     # the store's modalities, read in a worker thread: the event loop never waits on the store's lock
     known = Modalities(mem.modality, await run_in_threadpool(mem.gate.modalities))
+    member = None
     if kind == "multipart/form-data":
         fields, files = await _multipart(request)
         probe = _file_probe(files, known)
+        if "member_probe" in model.model_fields:
+            member = _file_probe(files, known, "member_probe")
         images = files.pop("images", [])
         if files:
             raise InvalidInputError(f"unexpected file field(s): {', '.join(sorted(files))}")
@@ -115,10 +122,12 @@ async def parse(request: Request, model: type[M], caller: Caller, mem: BioMemory
         raise invalid(exc) from None
     if images is None:  # JSON (or no body): the probe and images are in the validated fields
         probe = json_probe(getattr(fields, "probe", None), getattr(fields, "probes", None), caller, known)
+        member = json_probe(getattr(fields, "member_probe", None), getattr(fields, "member_probes", None),
+                            caller, known)
         images = [decode(item, "images") for item in getattr(fields, "images", None) or []]
     if len(images or []) > MAX_IMAGES:
         raise InvalidInputError(f"at most {MAX_IMAGES} images per enrolment")
-    return Body(fields, probe, images or [])
+    return Body(fields, probe, images or [], member)
 
 
 async def _multipart(request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -142,8 +151,8 @@ async def _multipart(request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
                     files.setdefault("images", []).append(content)
                 else:
                     files[name] = content
-            elif name == "messages":
-                fields[name] = _json(value.encode(), "messages")  # a JSON list in one form field
+            elif name in JSON_FIELDS:
+                fields[name] = _json(value.encode(), name)  # a JSON list or object in one form field
             else:
                 fields[name] = value
     finally:
@@ -161,7 +170,7 @@ async def _urlencoded(request: Request) -> dict[str, Any]:
     for name, value in form.multi_items():
         if name in fields:
             raise InvalidInputError(f"{_named(name)} is sent twice: send each field once")
-        fields[name] = _json(value.encode(), "messages") if name == "messages" else value
+        fields[name] = _json(value.encode(), name) if name in JSON_FIELDS else value
     return fields
 
 
@@ -186,10 +195,17 @@ def _json(raw: bytes, what: str = "the body") -> Any:
         raise InvalidInputError(f"{what} is not valid JSON: {exc}") from None
 
 
-def _file_probe(files: dict[str, Any], known: Modalities) -> Any:
-    """The multipart probe: `probe` alone as bytes, or {modality: bytes} with probe_<modality> files."""
-    parts = {name.removeprefix("probe_"): files.pop(name) for name in list(files) if name.startswith("probe_")}
-    single = files.pop("probe", None)
+def json_text(text: str, what: str) -> Any:
+    """A JSON value sent as text (a query parameter); InvalidInputError (422) when it is not one."""
+    return _json(text.encode("utf-8", "surrogatepass"), what)
+
+
+def _file_probe(files: dict[str, Any], known: Modalities, field: str = "probe") -> Any:
+    """The multipart probe: `probe` alone as bytes, or {modality: bytes} with probe_<modality> files (the
+    newcomer's of a household: `member_probe`, member_probe_<modality>)."""
+    prefix = f"{field}_"
+    parts = {name.removeprefix(prefix): files.pop(name) for name in list(files) if name.startswith(prefix)}
+    single = files.pop(field, None)
     if not parts:
         return single
     if single is not None:

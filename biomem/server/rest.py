@@ -5,44 +5,62 @@ opened with one (`POST /v1/sessions`, then header `X-Biomem-Session`). Reads wit
 (`GET /v1/memories...`) need a session; changes (`PUT`/`DELETE`) need a fresh step-up probe in
 the body, with or without a session. Every engine call runs in AsyncBioMemory's worker threads,
 with the caller's attempt-limit keys ([key tag, "address:<ip>"]).
+
+Households (`/v1/groups`): founding one, adding someone (the member's and the newcomer's fresh probes),
+removing a member and deleting one take fresh step-up probes in the body, never a session; a household
+the requester is not in is a 404 exactly like one that does not exist. An admin key acts by id under
+`/v1/admin/groups`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Header, Path, Request, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from .. import __version__
 from ..engine import access
+from ..engine.checks import MAX_PAGE_SIZE
 from ..engine.memory import BioMemory
 from ..engine.sessions import Session
 from ..errors import InvalidInputError, SessionExpiredError, StepUpRequiredError, UnknownIdentityError
 from ..identity.disclosure import note_view
 from ..notes.timeparse import parse_timestamp
-from ..stores.records import Note
+from ..stores.filters import check_metadata
+from ..stores.records import Group, Note
 from .auth import Caller, authorised, caller, maybe_caller
 from .errors import ApiError
 from .models import (
+    FILTERS,
     AddBody,
+    AdminGroupBody,
+    AdminMemberBody,
     AnswerReply,
     AskBody,
     EnrolBody,
     ErrorReply,
     ForgetReply,
+    GroupBody,
+    GroupDeletedReply,
+    GroupItem,
+    GroupsReply,
     HealthReply,
     HistoryReply,
     IdentityReply,
+    MemberBody,
+    MembershipReply,
     MemoriesReply,
     MemoryItem,
+    ProbeBody,
     SearchBody,
     SearchReply,
     SessionBody,
     SessionReply,
     StepUpBody,
     UpdateBody,
+    valid_filters,
 )
-from .probes import MAX_BODY, Body, parse
+from .probes import MAX_BODY, Body, json_text, parse
 
 SESSION_HEADER = "X-Biomem-Session"
 ERRORS = {status: {"model": ErrorReply, "description": text} for status, text in {
@@ -60,8 +78,11 @@ def session_header(token: str | None = Header(None, alias=SESSION_HEADER, descri
 
 
 router = APIRouter(responses=ERRORS, dependencies=[Depends(session_header), Depends(authorised)])
-BODIES: list[type] = [SessionBody, AddBody, SearchBody, AskBody, UpdateBody, StepUpBody, EnrolBody]
+BODIES: list[type] = [SessionBody, AddBody, SearchBody, AskBody, UpdateBody, StepUpBody, EnrolBody, ProbeBody,
+                      GroupBody, MemberBody, AdminGroupBody, AdminMemberBody]
 NoteId = Path(gt=0, lt=2**63, description="a note id")
+GroupId = Path(gt=0, lt=2**63, description="a household's id")
+MemberId = Path(gt=0, lt=2**63, description="a member's identity id")
 KEPT = {"response_model_exclude_unset": True}  # replies hold exactly the engine view's keys
 PROBE_FILES = {"probe": "the requester's image",
                "probe_<modality>": "one image per modality, for a probe of several modalities"}
@@ -79,6 +100,12 @@ def body_doc(model: type, files: dict[str, str] | None = None) -> dict[str, Any]
     return {"requestBody": {"required": True, "content": {
         "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}},
         "multipart/form-data": {"schema": {"type": "object", "properties": {**fields, **binary}}}}}}
+
+
+def json_doc(model: type) -> dict[str, Any]:
+    """OpenAPI requestBody of an admin route that takes JSON only (no probe)."""
+    return {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
 
 
 def engine(request: Request) -> tuple[BioMemory, Any]:
@@ -136,11 +163,12 @@ def item(note: Note, event: str | None = None) -> dict[str, Any]:
 
 @router.get("/health", response_model=HealthReply, **KEPT, summary="Status (counts for an admin key only)")
 async def health(request: Request, who: Caller = Depends(maybe_caller)) -> dict[str, Any]:
-    """Status and version; with an admin key also the store's counts, encoder, τ, LLM and policy."""
+    """Status and version; with an admin key also the store's counts, encoder, τ, LLM and policy, and its
+    households (`per_group`: "id: label" -> notes and member ids, as `biomem stats` shows them)."""
     reply: dict[str, Any] = {"status": "ok", "version": __version__}
     if access.allowed("rest:store counts", who.role):
         mem, amem = engine(request)
-        reply["store"] = await amem.run(mem.overview)
+        reply["store"] = {**await amem.run(mem.overview), "per_group": (await amem.run(mem.stats))["per_group"]}
     return reply
 
 
@@ -207,15 +235,20 @@ async def forget_identity(request: Request, identity_id: int = Path(gt=0, lt=2**
 # ---- memories ---------------------------------------------------------------------------------------
 
 def _add(mem: BioMemory, texts: list[str], *, probe: Any, session: Session | None, identity: int | None,
-         infer: bool, timestamp: str | None, clients: list[str]) -> list[Note]:
-    """Store every text for one owner: the session's, the identity's (admin) or the probe's (gated once)."""
+         infer: bool, timestamp: str | None, clients: list[str], scope: int | None = None,
+         hidden_from: list[int] | None = None, metadata: dict[str, Any] | None = None) -> list[Note]:
+    """Store every text for one writer: the session's, the identity's (admin) or the probe's (gated once), in
+    their own notes or, with `scope`, in a household of theirs."""
     parse_timestamp(timestamp)  # a bad timestamp writes nothing
+    check_metadata(metadata)  # nor does bad metadata
+    placed: dict[str, Any] = {"scope": scope, "hidden_from": hidden_from or (), "metadata": metadata,
+                              "timestamp": timestamp, "infer": infer}
     if identity is not None:
-        return [mem.add(text, identity=identity, timestamp=timestamp, infer=infer) for text in texts]
+        return [mem.add(text, identity=identity, **placed) for text in texts]
     if session is not None:
-        return [session.add(text, timestamp=timestamp, infer=infer) for text in texts]
+        return [session.add(text, **placed) for text in texts]
     with mem.session(probe, client=clients) as once:  # the gate runs once for every text
-        return [once.add(text, timestamp=timestamp, infer=infer) for text in texts]
+        return [once.add(text, **placed) for text in texts]
 
 
 @router.post("/memories", status_code=201, response_model=MemoriesReply, **KEPT, openapi_extra=body_doc(AddBody),
@@ -238,7 +271,8 @@ async def add(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]
         session = await requester(request, who, body)
     try:
         notes = await amem.run(_add, mem, texts, probe=body.probe, session=session, identity=fields.identity,
-                               infer=fields.infer, timestamp=fields.timestamp, clients=who.clients)
+                               infer=fields.infer, timestamp=fields.timestamp, clients=who.clients,
+                               scope=fields.scope, hidden_from=fields.hidden_from, metadata=fields.metadata)
     except UnknownIdentityError:
         if fields.identity is None:
             raise
@@ -249,10 +283,17 @@ async def add(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]
 
 @router.get("/memories", response_model=MemoriesReply, **KEPT,
             summary="All of the session's person's notes (a session opened with a step-up-clear probe)")
-async def get_all(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
-    """Every note of the session's person, oldest first (a session opened with a step-up-clear probe)."""
+async def get_all(request: Request, who: Caller = Depends(caller),
+                  filters: str | None = Query(None, max_length=20_000, description=f"JSON: {FILTERS}"),
+                  page: int = Query(1, ge=1, le=2**31, description="page number, from 1 (needs page_size)"),
+                  page_size: int | None = Query(None, ge=1, le=MAX_PAGE_SIZE, description="notes per page")
+                  ) -> dict[str, Any]:
+    """The notes the session's person may read (their own and their households'), oldest first, that match
+    `filters`; page `page` of `page_size` (default: all). A session opened with a step-up-clear probe."""
+    where = valid_filters(json_text(filters, "filters")) if filters is not None else None
     session = await session_of(request, who, required=True)
-    notes = await engine(request)[1].run(session.get_all)  # type: ignore[union-attr]
+    notes = await engine(request)[1].run(session.get_all, filters=where, page=page,  # type: ignore[union-attr]
+                                         page_size=page_size)
     return {"results": [item(note) for note in notes]}
 
 
@@ -304,7 +345,7 @@ async def search(request: Request, who: Caller = Depends(caller)) -> dict[str, A
     body = await parse(request, SearchBody, who, engine(request)[0])
     fields, session = body.fields, await requester(request, who, body)
     result = await as_requester(request, who, session, "search", fields.query, probe=body.probe, k=fields.k,
-                                links=fields.links)
+                                links=fields.links, filters=fields.filters, threshold=fields.threshold)
     return result.as_dict()
 
 
@@ -317,6 +358,138 @@ async def ask(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]
     answer = await as_requester(request, who, session, "ask", fields.question, probe=body.probe, k=fields.k,
                                 links=fields.links)
     return answer.as_dict()
+
+
+# ---- households ---------------------------------------------------------------------------------------
+
+def no_session(request: Request, action: str) -> None:
+    """A household change is proved by fresh probes in the body alone: a session header is refused, not ignored."""
+    if request.headers.get(SESSION_HEADER):
+        raise InvalidInputError(f"{action} takes fresh probes in the body, not an {SESSION_HEADER} header")
+
+
+def membership(group_id: int, member_id: int, after: Group | None) -> dict[str, Any]:
+    """The reply of a removal: the household as it is now, or null once its last member left."""
+    return {"id": group_id, "removed": member_id, "group": after.as_dict() if after else None,
+            "deleted": after is None}
+
+
+@router.post("/groups", status_code=201, response_model=GroupItem, **KEPT, openapi_extra=body_doc(GroupBody),
+             summary="Found a household (fresh step-up probe): the requester is its first member")
+async def create_group(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """A new household founded by the person a fresh step-up probe proves."""
+    mem, amem = engine(request)
+    no_session(request, "Founding a household")
+    body = await parse(request, GroupBody, who, mem)
+    probe = fresh_probe(body, "Founding a household")
+    group = await amem.run(mem.create_group, body.fields.label, probe=probe, client=who.clients)
+    return group.as_dict()
+
+
+@router.post("/groups/mine", response_model=GroupsReply, **KEPT, openapi_extra=body_doc(ProbeBody),
+             summary="The requester's households, with their members")
+async def my_groups(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """Every household the probe's (or the session's) person belongs to, with its members' ids and labels."""
+    mem, amem = engine(request)
+    body = await parse(request, ProbeBody, who, mem)
+    session = await requester(request, who, body)
+    groups = await amem.run(session.groups) if session is not None else \
+        await amem.run(mem.groups, probe=body.probe, client=who.clients)
+    return {"results": [group.as_dict() for group in groups]}
+
+
+@router.post("/groups/{group_id}/members", response_model=GroupItem, **KEPT, openapi_extra=body_doc(MemberBody, {
+             **PROBE_FILES, "member_probe": "the newcomer's image, taken now",
+             "member_probe_<modality>": "one image of the newcomer per modality"}),
+             summary="Add someone to a household: a member's and the newcomer's fresh step-up probes")
+async def add_member(request: Request, group_id: int = GroupId, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """A member (`probe`) brings the newcomer in, who shows up in person (`member_probe`)."""
+    mem, amem = engine(request)
+    no_session(request, "Adding someone to a household")
+    body = await parse(request, MemberBody, who, mem)
+    probe = fresh_probe(body, "Adding someone to a household")
+    if body.member_probe is None:
+        raise StepUpRequiredError("Adding someone to a household needs the newcomer's own fresh probe "
+                                  "(`member_probe`): nobody joins without showing up. Nothing was changed")
+    group = await amem.run(mem.add_member, group_id, probe=probe, member_probe=body.member_probe,
+                           client=who.clients)
+    return group.as_dict()
+
+
+@router.delete("/groups/{group_id}/members/{member_id}", response_model=MembershipReply, **KEPT,
+               openapi_extra=body_doc(ProbeBody),
+               summary="Take a member out of a household, oneself included (fresh step-up probe of a member)")
+async def remove_member(request: Request, group_id: int = GroupId, member_id: int = MemberId,
+                        who: Caller = Depends(caller)) -> dict[str, Any]:
+    """Any member may take anyone out; the last member leaving erases the household and its notes."""
+    mem, amem = engine(request)
+    no_session(request, "Removing a member")
+    body = await parse(request, ProbeBody, who, mem)
+    probe = fresh_probe(body, "Removing a member")
+    after = await amem.run(mem.remove_member, group_id, member_id, probe=probe, client=who.clients)
+    return membership(group_id, member_id, after)
+
+
+@router.delete("/groups/{group_id}", response_model=GroupDeletedReply, **KEPT, openapi_extra=body_doc(ProbeBody),
+               summary="Erase a household and its notes (fresh step-up probe of a member)")
+async def delete_group(request: Request, group_id: int = GroupId, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """Erase a household: its notes, links and history, as forgetting a person erases theirs."""
+    mem, amem = engine(request)
+    no_session(request, "Deleting a household")
+    body = await parse(request, ProbeBody, who, mem)
+    probe = fresh_probe(body, "Deleting a household")
+    return {"id": await amem.run(mem.delete_group, group_id, probe=probe, client=who.clients), "deleted": True}
+
+
+async def as_operator(request: Request, body: Body | None, action: Any, *args: Any, **kwargs: Any) -> Any:
+    """An operator's household call by id: no probe, no session; an unknown person or household is a 404."""
+    if body is not None and body.probe is not None or request.headers.get(SESSION_HEADER):
+        raise InvalidInputError("an operator's call by id takes no probe or session")
+    try:
+        return await engine(request)[1].run(action, *args, **kwargs)
+    except UnknownIdentityError as exc:
+        detail = str(exc)
+        raise ApiError(404, "UnknownIdentityError", f"{detail[:1].upper()}{detail[1:]}.",
+                       title="No such person or household") from None
+
+
+@router.post("/admin/groups", status_code=201, response_model=GroupItem, **KEPT, openapi_extra=json_doc(AdminGroupBody),
+             summary="Found a household for a person, by identity id (admin)")
+async def admin_create_group(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """A new household whose first member is person `identity` (admin key)."""
+    mem = engine(request)[0]
+    body = await parse(request, AdminGroupBody, who, mem)
+    group = await as_operator(request, body, mem.create_group, body.fields.label, identity=body.fields.identity)
+    return group.as_dict()
+
+
+@router.post("/admin/groups/{group_id}/members", response_model=GroupItem, **KEPT,
+             openapi_extra=json_doc(AdminMemberBody), summary="Add a person to a household, by ids (admin)")
+async def admin_add_member(request: Request, group_id: int = GroupId, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """Add person `identity` to household `group_id` (admin key)."""
+    mem = engine(request)[0]
+    body = await parse(request, AdminMemberBody, who, mem)
+    group = await as_operator(request, body, mem.add_member, group_id, identity=body.fields.identity)
+    return group.as_dict()
+
+
+@router.delete("/admin/groups/{group_id}/members/{member_id}", response_model=MembershipReply, **KEPT,
+               summary="Take a member out of a household, by ids (admin)")
+async def admin_remove_member(request: Request, group_id: int = GroupId, member_id: int = MemberId,
+                              who: Caller = Depends(caller)) -> dict[str, Any]:
+    """Take person `member_id` out of household `group_id`; the last member leaving erases it (admin key)."""
+    mem = engine(request)[0]
+    after = await as_operator(request, None, mem.remove_member, group_id, member_id, operator=True)
+    return membership(group_id, member_id, after)
+
+
+@router.delete("/admin/groups/{group_id}", response_model=GroupDeletedReply, **KEPT,
+               summary="Erase a household and its notes, by id (admin)")
+async def admin_delete_group(request: Request, group_id: int = GroupId,
+                             who: Caller = Depends(caller)) -> dict[str, Any]:
+    """Erase household `group_id`: its notes, links and history (admin key)."""
+    mem = engine(request)[0]
+    return {"id": await as_operator(request, None, mem.delete_group, group_id, operator=True), "deleted": True}
 
 
 @router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
