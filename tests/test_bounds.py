@@ -13,8 +13,8 @@ import unicodedata
 import pytest
 from fastapi.testclient import TestClient
 
-from biomem.engine.keys import create_key
 from biomem.engine.checks import MAX_NOTE_CHARS, MAX_QUESTION_CHARS
+from biomem.engine.keys import create_key
 from biomem.engine.messages import readable
 from biomem.errors import InvalidInputError, TextTooLongError
 from biomem.identity.disclosure import note_view
