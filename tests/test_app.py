@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import socket
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,16 +27,19 @@ from PIL import Image
 
 import app
 from biomem import BioMemory
-from biomem.engine.demo import DEMO_PEOPLE, demo_capture
+from biomem.engine.demo import DEMO_HOUSEHOLD, DEMO_PEOPLE, DEMO_SHARED, build_demo, demo_capture
 from biomem.identity.calibrate import SAMPLE_PALMS
 from biomem.identity.samples import group_photo_path
 from biomem.notes.llm import OfflineLLM, OpenAIChat
 from biomem.ui import Controller, render, uploads
+from biomem.ui.controller import NO_HOUSEHOLD_CHOSEN
 from biomem.ui.messages import friendly
 from modalities.palmsynth import palm_capture
 
 QUESTION = "What is my bank card PIN?"
 PINS = {"Ana": "4821", "Ben": "7390", "Chloe": "1156"}
+WIFI, PARTY = (text for text, *_ in DEMO_SHARED)  # the demo household's notes: for all, and hidden from Chloe
+HOME_NOTES = {(DEMO_HOUSEHOLD, author, text) for text, _, author, _ in DEMO_SHARED}  # (from, by, note)
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp"}
 # Gradio's queue statistics use pandas options that pandas 3 deprecates: not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore::Warning:gradio.queueing")
@@ -108,14 +112,20 @@ def test_two_clients_with_different_probes_get_different_gated_sets(server, prob
         assert [a["label"] for a in result["gate"]["admitted"]] == [label]
         assert PINS[label] in result["answer"]
         assert result["notes"] and all({"content", "score", "timestamp"} <= set(n) for n in result["notes"])
+        # their household's notes (k = 10 reaches them all) say where they came from and who wrote them
+        shared = [n for n in result["notes"] if n["scope"] is not None]
+        assert {(n["scope_label"], n["author_label"], n["content"]) for n in shared} == HOME_NOTES
         # the private disclosure: their own label, notes and a total kept out, nobody else's anything
-        assert labels_in(result) == {label} and "scores" not in result["gate"]
+        own_notes = [n for n in result["notes"] if n["scope"] is None]
+        assert {n["author_label"] for n in own_notes} == {label} and {n["scope_label"] for n in own_notes} == {None}
+        assert labels_in({**result, "notes": own_notes, "prompt": ""}) == {label} and "scores" not in result["gate"]
         assert set(result["gated_out"]) == {"total"} and result["gated_out"]["total"] > 0
         own = result["gate"]["admitted"][0]["score"]
         assert own == round(own, 2) and all(n["score"] == round(n["score"], 2) for n in result["notes"])
         others = [pin for who, pin in PINS.items() if who != label]
         assert not any(pin in json.dumps(result) for pin in others)  # not in notes, prompt or summary
-    assert {n["id"] for n in ana["notes"]}.isdisjoint(n["id"] for n in ben["notes"])
+    own_ids = [{n["id"] for n in result["notes"] if n["scope"] is None} for result in (ana, ben)]
+    assert own_ids[0].isdisjoint(own_ids[1])
 
 
 def test_a_stranger_learns_only_no_match(server, probes):
@@ -340,7 +350,122 @@ def test_load_demo_twice_builds_it_once(server):
     before = server.mem.store.counts()
     assert "already here" in server.ui.load_demo()
     assert server.mem.store.counts() == before
+    assert [(g.label, g.member_labels) for g in server.mem.store.all_groups()] == [(DEMO_HOUSEHOLD, list(DEMO_PEOPLE))]
 
+
+def test_a_demo_store_without_its_household_gets_it_alone_and_once(make_memory):
+    mem = make_memory()
+    ids = build_demo(mem)  # the people and their notes, no household (as an older demo store)
+    ui = Controller(mem)
+    assert "added their household **Home**" in ui.load_demo()
+    counts = mem.store.counts()
+    assert "already here" in ui.load_demo()
+    assert build_demo(mem, household=True) == ids and mem.store.counts() == counts
+    home = mem.store.all_groups()
+    assert len(home) == 1 and home[0].members == list(ids.values())
+
+
+def test_compare_shows_the_household_s_notes_to_its_members_only(server, probes):
+    """The demo household: its Wi-Fi password reaches Ana, and its surprise party Ben but never Chloe; each
+    note says it came from the household and who wrote it; a stranger gets nothing of it."""
+    client = Client(server.url, verbose=False)
+    wifi = client.predict("What is the Wi-Fi password?", handle_file(probes["Ana"]), handle_file(probes["Stranger"]),
+                          "face-arcface-s", api_name="/compare")
+    assert "tulip-river-42" in wifi["a"]["answer"]
+    (note,) = [n for n in wifi["a"]["notes"] if n["content"] == WIFI]
+    assert (note["scope_label"], note["author_label"]) == (DEMO_HOUSEHOLD, "Ana") and note["scope"] is not None
+    assert wifi["b"]["gate"]["matched"] is False and wifi["b"]["notes"] == []
+    assert "tulip" not in json.dumps(wifi["b"]) and "party" not in json.dumps(wifi["b"])
+    party = client.predict("When is the surprise party?", handle_file(probes["Ben"]), handle_file(probes["Chloe"]),
+                           "face-arcface-s", api_name="/compare")
+    assert "Saturday" in party["a"]["answer"]
+    assert {(n["scope_label"], n["author_label"]) for n in party["a"]["notes"] if n["content"] == PARTY} == {
+        (DEMO_HOUSEHOLD, "Ben")}
+    chloe = party["b"]
+    assert chloe["gate"]["label"] == "Chloe" and "Saturday" not in json.dumps(chloe)
+    assert [n["scope_label"] for n in chloe["notes"] if n["content"] == WIFI] == [DEMO_HOUSEHOLD]  # the rest does
+
+
+def test_found_join_and_share_a_household_through_the_page_s_handlers(make_memory, capture, cache):
+    """Dana founds a household and brings Eve in (both present); Dana shares one note with it and hides another
+    from Eve; each sees what they may, marked as the household's, in Compare's notes and in "My notes". Finn
+    (enrolled, not a member) and a stranger learn nothing of it: a household of Dana's reads as one that does not
+    exist. Every probe is deleted, whatever happened."""
+    mem = make_memory()
+    ui = Controller(mem)
+    face = "face-arcface-s"
+    for label, person in (("Dana", 3), ("Eve", 4), ("Finn", 5)):
+        mem.enroll(label, [capture(person, 0), capture(person, 1)])
+    ids = {i.label: i.id for i in mem.identities()}
+    shots = iter(range(2, 200))
+
+    def probe(person: int) -> str:
+        n = next(shots)
+        return upload(cache, capture(person, n), f"probe{n}")
+
+    def refused(call, *args) -> gr.Error:
+        with pytest.raises(gr.Error) as caught, warnings.catch_warnings(record=True) as hints:
+            warnings.simplefilter("always")
+            friendly(call)(*args)
+        shown = [h for h in hints if str(h.message).startswith(f"{caught.value.title} — ")]
+        assert len(shown) == (not caught.value.visible)  # a hint is a warning (outside a page: a UserWarning)
+        return caught.value
+
+    # founding: a name and the founder's fresh probe
+    assert refused(ui.found_household, " ", probe(3), None, face).title == "No household name"
+    message = ui.found_household("Flat 4", probe(3), None, face)
+    assert "Founded the household **Flat 4** with **Dana** as its first member" in message
+    assert refused(ui.found_household, "flat 4", probe(3), None, face).title == "Name taken"
+    assert "fresh, clear probe" in refused(ui.found_household, "Den", probe(6), None, face).message  # a stranger
+    (flat,) = mem.groups(identity=ids["Dana"])
+
+    # joining: the household's name, a member's and the newcomer's fresh probes
+    assert refused(ui.join_household, "Flat 4", probe(3), None, None, None, face).title == "Two people needed"
+    nowhere = refused(ui.join_household, "Nowhere", probe(3), None, probe(4), None, face)
+    not_finn_s = refused(ui.join_household, "Flat 4", probe(5), None, probe(4), None, face)  # Finn is no member
+    assert (nowhere.title, nowhere.message) == (not_finn_s.title, not_finn_s.message)
+    assert nowhere.title == "No such household"
+    assert "fresh, clear probe" in refused(ui.join_household, "Flat 4", probe(6), None, probe(4), None, face).message
+    joined = ui.join_household("FLAT 4", probe(3), None, probe(4), None, face)
+    assert "**Eve** joined **Flat 4**: its members are Dana, Eve" in joined
+    assert [g.member_labels for g in mem.groups(identity=ids["Eve"])] == [["Dana", "Eve"]]
+
+    # the Remember's choices: the requester's own households, after the gate admitted them
+    offered = ui.households(probe(3), face)
+    assert offered == {"person": ids["Dana"], "label": "Dana", "groups": [
+        {"id": flat.id, "label": "Flat 4", "members": [[ids["Dana"], "Dana"], [ids["Eve"], "Eve"]]}]}
+    assert ui.households(probe(5), face)["groups"] == []  # Finn: none
+    assert refused(ui.households, probe(6), face).title == "Not recognised"
+
+    # writing into it, hiding one note from Eve
+    shared = ui.remember("The boiler code is 3141", probe(3), face, None, str(flat.id), [])
+    assert (shared["household"], shared["author"], shared["hidden_from"]) == ("Flat 4", "Dana", [])
+    secret = ui.remember("Eve's birthday cake hides in the garage", probe(3), face, None, str(flat.id),
+                         [str(ids["Eve"])])
+    assert secret["hidden_from"] == ["Eve"] and secret["note"]["scope"] == flat.id
+    assert refused(ui.remember, "Mine", probe(3), face, None, "own", [str(ids["Eve"])]).title == "No household"
+    forged = refused(ui.remember, "Finn was here", probe(5), face, None, str(flat.id), [])
+    missing = refused(ui.remember, "Finn was here", probe(5), face, None, "999999", [])
+    assert (forged.title, forged.message) == (missing.title, missing.message)
+    assert forged.title == NO_HOUSEHOLD_CHOSEN[0] and forged.message.endswith(NO_HOUSEHOLD_CHOSEN[1])
+    assert refused(ui.remember, "Nobody", probe(6), face, None, str(flat.id), []).title == "Not recognised"
+    assert [n.content for n in mem.store.all_notes(flat.id)] == ["The boiler code is 3141",
+                                                                  "Eve's birthday cake hides in the garage"]
+
+    # reading: each member what they may, marked as the household's; Finn and a stranger nothing of it
+    eve = ui.ask("What is the boiler code?", probe(4), face)
+    assert [(n["scope_label"], n["author_label"]) for n in eve["notes"]] == [("Flat 4", "Dana")]
+    assert "3141" in eve["answer"] and "cake" not in json.dumps(eve)
+    dana = ui.ask("Where is the birthday cake?", probe(3), face)
+    assert "garage" in dana["answer"]
+    for outsider in (5, 6):
+        seen = json.dumps(ui.ask("What is the boiler code?", probe(outsider), face))
+        assert "3141" not in seen and "Flat 4" not in seen and "cake" not in seen
+    rows = ui.unlock(probe(4), face)["rows"]
+    assert [(r[2], r[4]) for r in rows] == [("The boiler code is 3141", "household Flat 4, by Dana")]
+    rows = ui.unlock(probe(3), face)["rows"]
+    assert {r[4] for r in rows} == {"household Flat 4, by Dana"} and len(rows) == 2
+    assert cached_images(cache) == []
 
 def test_locomo_import_gives_each_conversation_an_identity(make_memory, cache, tmp_path):
     data = [{"sample_id": f"conv-{n}", "qa": [], "conversation": {

@@ -370,14 +370,14 @@ def test_the_page_holds_what_it_shows_and_the_rough_edges_are_gone(chromium_path
             expect(toasts).to_have_count(0)  # the second click ran nothing: no "Probe expired"
             assert [i.label for i in mem.identities()].count("Dana") == 1
 
-            # My notes: Ana's face and palm from the sample buttons unlock them; a Remember, from this tab
-            # or the chat, shows in the listing at once
+            # My notes: Ana's face and palm from the sample buttons unlock them (her 5 notes and her household's
+            # 2); a Remember, from this tab or the chat, shows in the listing at once
             listing, table = page.locator("#bm-unlock-message"), page.locator("#bm-my-notes")
             for box in ("bm-unlock-probe", "bm-unlock-second"):
                 page.click(f"#{box}-ana")
                 expect(page.locator(f"#{box} .image-frame img")).to_be_visible()
             page.click("#bm-unlock")
-            expect(listing).to_contain_text("Showing the notes of Ana (5)")
+            expect(listing).to_contain_text("Showing the notes of Ana (7)")
             expect(table).to_contain_text("My locker at the pool is 42")
             settled(page, "#bm-unlock")
             page.fill("#bm-memo textarea", "My bike is the blue one")
@@ -385,7 +385,7 @@ def test_the_page_holds_what_it_shows_and_the_rough_edges_are_gone(chromium_path
             expect(page.locator("#bm-memo-probe .image-frame img")).to_be_visible()
             page.click("#bm-memo-button")
             expect(page.locator("#bm-memo-message")).to_contain_text("Stored as note")
-            expect(listing).to_contain_text("Showing the notes of Ana (6)")
+            expect(listing).to_contain_text("Showing the notes of Ana (8)")
             expect(table).to_contain_text("My bike is the blue one")
             settled(page, "#bm-memo-button")
             page.click("#bm-tab-chat-button")
@@ -396,7 +396,7 @@ def test_the_page_holds_what_it_shows_and_the_rough_edges_are_gone(chromium_path
             expect(chat).to_contain_text("My gym locker is 7")
             settled(page, "#bm-remember")
             page.click("#bm-tab-enrol-button")
-            expect(listing).to_contain_text("Showing the notes of Ana (7)")
+            expect(listing).to_contain_text("Showing the notes of Ana (9)")
             expect(table).to_contain_text("My gym locker is 7")
 
             # deleting one, with a fresh face and palm: the listing follows
@@ -408,7 +408,7 @@ def test_the_page_holds_what_it_shows_and_the_rough_edges_are_gone(chromium_path
                 expect(page.locator(f"#{box} .image-frame img")).to_be_visible()
             page.click("#bm-delete")
             expect(page.locator("#bm-notes-message")).to_contain_text(f"Deleted note {gym}")
-            expect(listing).to_contain_text("Showing the notes of Ana (6)")
+            expect(listing).to_contain_text("Showing the notes of Ana (8)")
             expect(table).not_to_contain_text("My gym locker is 7")
             expect(page.locator("#bm-note-id textarea")).to_have_value("")
             settled(page, "#bm-delete")  # (Forget me is in a closed accordion)
@@ -459,3 +459,118 @@ def test_the_page_holds_what_it_shows_and_the_rough_edges_are_gone(chromium_path
     if os.environ.get("BIOMEM_UPDATE_SCREENSHOTS") == "1":
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(compare_png, SCREENSHOTS / "compare.png")
+
+
+def test_the_demo_household_reaches_its_members_only(chromium_path, tmp_path, text_encoder, face_encoder):
+    """Issue 26 on the page. Load demo; Compare the Wi-Fi password as Ana (prefilled in A) and a stranger (B):
+    Ana reads the household's note, marked as Home's and written by Ana, the stranger nothing; then the surprise
+    party as Ana and Chloe: Ana reads it (written by Ben), Chloe does not, though the Wi-Fi password still reaches
+    her. In Enrol, Ana writes a note into Home hidden from Chloe ("My households", then Remember), and Chloe's
+    "My notes" shows the household's notes she may read, marked as such, and not that one. No probe box of the
+    households panel hides its drop zone under its label."""
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=STEP_MS)
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    mem = BioMemory(tmp_path / "home.db", text_model=text_encoder, encoder=face_encoder)
+    with served_app(mem, tmp_path / "gradio-cache") as server, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path, headless=True, args=BROWSER_ARGS)
+        try:
+            page = browser.new_context(viewport={"width": 1360, "height": 1000}).new_page()
+            page.set_default_timeout(STEP_MS)
+            page.goto(server.url, wait_until="domcontentloaded")
+            compare, question = page.locator("#bm-cmp-button"), page.locator("#bm-cmp-question textarea")
+            side_a, side_b = page.locator("#bm-cmp-panel-a"), page.locator("#bm-cmp-panel-b")
+
+            # Load demo: the people and their household; Compare's probes are Ana and a stranger
+            page.click("#bm-load-demo")
+            expect(page.locator("#bm-load-message")).to_contain_text("their household Home")
+            expect(compare).to_have_text("Compare")
+            for side in "ab":
+                expect(page.locator(f"#bm-cmp-probe-{side} .image-frame img")).to_be_visible()
+
+            # the Wi-Fi password: Ana reads the household's note, the stranger nothing of it
+            page.click("#bm-cmp-q-wifi")
+            expect(question).to_have_value("What is the Wi-Fi password?")
+            page.click("#bm-cmp-button")
+            expect(side_b.locator(".bm-verdict")).to_contain_text("No match")
+            expect(side_a.locator(".bm-verdict")).to_contain_text("Matched Ana")
+            wifi = side_a.locator("table.bm-notes tr", has_text="The Wi-Fi password is tulip-river-42")
+            expect(wifi.locator(".bm-from")).to_contain_text("Home")
+            expect(wifi.locator(".bm-from")).to_contain_text("by Ana")
+            expect(side_a.locator(".bm-answer")).to_contain_text("tulip-river-42")
+            expect(side_b.locator(".bm-answer")).to_contain_text("no memories")
+            assert not any(word in side_b.inner_text() for word in ("tulip", "Home", "Saturday"))
+            settled(page, "#bm-cmp-button")
+
+            # the surprise party: Ana (a new capture) reads it, Chloe does not, though the Wi-Fi password reaches her
+            for side, person in (("a", "ana"), ("b", "chloe")):
+                page.click(f"#bm-cmp-probe-{side}-{person}")
+                expect(page.locator(f"#bm-cmp-probe-{side} .image-frame img")).to_be_visible()
+            page.click("#bm-cmp-q-party")
+            expect(question).to_have_value("When is the surprise party?")
+            page.click("#bm-cmp-button")
+            expect(side_b.locator(".bm-verdict")).to_contain_text("Matched Chloe")  # both sides land together
+            party = side_a.locator("table.bm-notes tr", has_text="Chloe's surprise party is on Saturday")
+            expect(party.locator(".bm-from")).to_contain_text("by Ben")
+            expect(side_a.locator(".bm-answer")).to_contain_text("Saturday")
+            expect(side_b.locator("table.bm-notes tr", has_text="The Wi-Fi password is tulip-river-42")
+                   .locator(".bm-from")).to_contain_text("Home")
+            assert "Saturday" not in side_b.inner_text()
+            settled(page, "#bm-cmp-button")
+            page.mouse.move(0, 0)
+            page.screenshot(path=shots / "01-compare-household.png", full_page=True)
+
+            # Enrol: Ana lists her households, writes into Home hidden from Chloe
+            page.click("#bm-tab-enrol-button")
+            memo_probe = page.locator("#bm-memo-probe .image-frame img")
+            page.click("#bm-memo-probe-ana")
+            expect(memo_probe).to_be_visible()
+            page.click("#bm-memo-households")
+            expect(page.locator("#bm-memo-message")).to_contain_text("Households of Ana: Home")
+            expect(memo_probe).to_have_count(0)  # taken, as every probe is
+            expect(page.locator("#bm-memo-where input")).to_have_value("Household: Home")
+            hidden = page.locator("#bm-memo-hidden")
+            expect(hidden).to_contain_text("Chloe")
+            assert "Ana" not in hidden.inner_text()  # nobody hides a note from themselves
+            settled(page, "#bm-memo-button", "#bm-memo-households")
+            hidden.locator("label", has_text="Chloe").click()
+            expect(hidden.locator("label", has_text="Chloe").locator("input")).to_be_checked()
+            page.fill("#bm-memo textarea", "Chloe's present is hidden in the garage")
+            page.click("#bm-memo-probe-ana")
+            expect(memo_probe).to_be_visible()
+            page.click("#bm-memo-button")
+            expect(page.locator("#bm-memo-message")).to_contain_text(
+                "in the household Home by Ana, hidden from Chloe")
+            expect(page.locator("#bm-memo-where input")).to_have_value("My own notes")  # the next note is one's own
+            settled(page, "#bm-memo-button")
+
+            # Chloe's notes: her own and the household's she may read, marked as the household's
+            for box in ("bm-unlock-probe", "bm-unlock-second"):
+                page.click(f"#{box}-chloe")
+                expect(page.locator(f"#{box} .image-frame img")).to_be_visible()
+            page.click("#bm-unlock")
+            expect(page.locator("#bm-unlock-message")).to_contain_text("Showing the notes of Chloe (4)")
+            table = page.locator("#bm-my-notes")
+            expect(table.get_by_role("row").filter(has_text="The Wi-Fi password is tulip-river-42")).to_contain_text(
+                "household Home, by Ana")
+            expect(table).to_contain_text("My cat Miso")
+            assert "Saturday" not in table.inner_text() and "garage" not in table.inner_text()
+            settled(page, "#bm-unlock")
+
+            # the households panel: no label over a drop zone
+            page.click("text=Households: found one, or join one")
+            expect(page.locator("#bm-join-newcomer")).to_be_visible()
+            page.screenshot(path=shots / "02-enrol-households.png", full_page=True)
+            assert page.evaluate(OVERLAPS) == []
+            phone = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+            phone.goto(server.url, wait_until="domcontentloaded")
+            phone.click("#bm-tab-enrol-button")
+            phone.click("text=Households: found one, or join one")
+            expect(phone.locator("#bm-join-newcomer-second")).to_be_visible()
+            assert phone.evaluate(OVERLAPS) == []
+        finally:
+            browser.close()
+        assert cached_images(server.cache) == []
+    mem.close()

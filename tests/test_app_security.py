@@ -19,7 +19,8 @@ from PIL import Image
 
 import app
 from biomem import BioMemory
-from biomem.engine.demo import DEMO_PEOPLE, build_demo, demo_capture
+from biomem.engine.demo import DEMO_PEOPLE, build_demo, demo_capture, demo_household
+from biomem.engine.keys import create_key
 from biomem.ui import Controller, uploads
 from biomem.ui.messages import friendly
 from tests.test_app import QUESTION, cached_images, served_app, upload
@@ -180,3 +181,74 @@ def test_demo_disclosure_shows_sample_people_but_never_a_real_enrolment(demo_sto
         BioMemory(mem.path, text_model=mem.text, encoder=mem.encoder(), disclosure="demo")
 
 
+
+
+def queued(url: str, fn_index: int, data: list, session: str) -> dict:
+    """One page event posted the way an outsider would: to Gradio's queue, no browser, no key; its last message."""
+    joined = httpx.post(f"{url}gradio_api/queue/join", json={
+        "data": data, "fn_index": fn_index, "session_hash": session, "event_data": None, "trigger_id": None})
+    assert joined.status_code == 200, joined.text
+    with httpx.stream("GET", f"{url}gradio_api/queue/data?session_hash={session}", timeout=120) as events:
+        for line in events.iter_lines():
+            if line.startswith("data:") and '"process_completed"' in line:
+                return json.loads(line[5:])
+    raise AssertionError(f"event {fn_index} never completed")
+
+
+def test_outsiders_posting_the_household_events_learn_nothing_of_a_household(tmp_path, text_encoder, face_encoder):
+    """The household events (list one's households, found, join, remember into one) posted straight to the
+    queue on a store with keys, so the caller's role is public: without a probe, as a stranger, and as Zoe
+    (enrolled, in no household). A household of others reads exactly as one that does not exist: the same
+    reply, no name of it or of its members, nothing written."""
+    mem = BioMemory(tmp_path / "home.db", text_model=text_encoder, encoder=face_encoder)
+    build_demo(mem, household=True)
+    mem.enroll("Zoe", [demo_capture(5, 0), demo_capture(5, 1)])
+    create_key(mem.store, "operator", "agent")
+    home = demo_household(mem)
+    before = (mem.store.counts(), [g.as_dict() for g in mem.store.all_groups()])
+    secrets_ = ("Home", "Wi-Fi", "tulip", "party", *DEMO_PEOPLE)
+    with served_app(mem, tmp_path / "cache") as served:
+        fns = served.demo.fns
+        door = {fn.fn.door: i for i, fn in fns.items()
+                if getattr(fn.fn, "door", None) in ("page:households", "page:found_household", "page:join_household")}
+        door["memo"] = next(i for i, fn in fns.items() if getattr(fn.fn, "door", None) == "page:remember"
+                            and len(fn.inputs) == 5)  # the Enrol tab's Remember: text, probe, where, hidden, encoder
+        n = iter(range(100))
+
+        def probe(image: np.ndarray) -> dict:
+            path = tmp_path / f"probe{next(n)}.png"
+            Image.fromarray(image).save(path)
+            with path.open("rb") as file:
+                (uploaded,) = httpx.post(served.url + "gradio_api/upload", files=[("files", file)]).json()
+            return {"path": uploaded, "meta": {"_type": "gradio.FileData"}}
+
+        def post(name: str, data: list, session: str) -> str:
+            reply = json.dumps(queued(served.url, door[name], data, session))
+            assert not [word for word in secrets_ if word in reply], reply
+            return reply
+
+        zoe, stranger, face = (lambda: probe(demo_capture(5, 3))), (lambda: probe(demo_capture(6, 2))), "face-arcface-s"
+        # no probe at all
+        assert "No probe" in post("page:households", [None, face], "nobody")
+        assert "No probe" in post("page:found_household", ["Home", None, None, face], "nobody")
+        assert "Two people needed" in post("page:join_household", ["Home", None, None, None, None, face], "nobody")
+        # a stranger
+        assert "Not recognised" in post("page:households", [stranger(), face], "stranger")
+        assert "fresh, clear probe" in post("page:join_household", ["Home", stranger(), None, zoe(), None, face],
+                                            "stranger")
+        assert "Not recognised" in post("memo", ["Let me in", stranger(), str(home.id), [], face], "stranger")
+        # Zoe, in no household: her list is empty, and Home is as absent as a household that never was
+        listed = post("page:households", [zoe(), face], "zoe")
+        assert '"success": true' in listed
+        offered = queued(served.url, door["page:households"] + 1, [None], "zoe")  # the event that shows the list
+        assert "Zoe** belongs to no household yet" in json.dumps(offered)
+        assert not [word for word in secrets_ if word in json.dumps(offered)]
+        errors = {label: json.loads(post("page:join_household", [label, zoe(), None, stranger(), None, face],
+                                         f"zoe-{label}"))["output"] for label in ("Home", "Nowhere")}
+        assert errors["Home"] == errors["Nowhere"] and "No such household" in json.dumps(errors["Home"])
+        forged = {where: json.loads(post("memo", ["Zoe was here", zoe(), where, [], face], f"zoe-{where}"))["output"]
+                  for where in (str(home.id), "999999")}
+        assert forged[str(home.id)] == forged["999999"] and "No such household" in json.dumps(forged["999999"])
+        assert cached_images(served.cache) == []
+    assert (mem.store.counts(), [g.as_dict() for g in mem.store.all_groups()]) == before
+    mem.close()

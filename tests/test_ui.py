@@ -11,7 +11,9 @@ import pytest
 
 from biomem.errors import InvalidImageError, LLMError, NoFaceError, UnknownIdentityError
 from biomem.identity.limits import client_keys
-from biomem.ui import render
+from biomem.stores.records import Note
+from biomem.ui import Controller, render
+from biomem.ui.controller import NO_HOUSEHOLD_CHOSEN
 from biomem.ui.messages import fail, friendly, hint, readable
 
 
@@ -101,3 +103,42 @@ def test_attempt_limit_keys_trust_only_the_proxy_s_own_hop():
     assert client_keys("s1", "10.0.0.1", forged, trust_proxy=True)[1] == "address:203.0.113.7"
     assert client_keys("s1", "10.0.0.1", forged)[1] == "address:10.0.0.1"  # not behind a proxy: ignored
     assert client_keys(None, "10.0.0.1") == ["address:10.0.0.1"]
+
+
+def test_retrieved_notes_say_whether_they_are_one_s_own_or_a_household_s_and_who_wrote_it():
+    result = side(gate("Ana", 0.9))
+    shared = {"timestamp": None, "scope": 9, "scope_label": "<b>Home</b>"}
+    result["notes"] = [
+        {"id": 1, "content": "My PIN", "timestamp": None, "score": 0.5, "scope": None, "author": 1,
+         "scope_label": None, "author_label": "Ana"},
+        {"id": 2, "content": "Wi-Fi", "score": 0.4, "author": 2, "author_label": "<i>Ben</i>", **shared},
+        {"id": 3, "content": "Bins on Monday", "score": 0.3, "author": None, "author_label": None, **shared}]
+    html = render.notes_html(result)
+    assert html.count("<td class='bm-from'>") == 3 and "<span class='bm-own'>own</span>" in html
+    assert "household <span class='bm-shared'><bdi>&lt;b&gt;Home&lt;/b&gt;</bdi></span>" in html
+    assert "by <bdi>&lt;i&gt;Ben&lt;/i&gt;</bdi>" in html and "imported" in html
+    assert "<b>Home</b>" not in html and "<i>Ben" not in html
+    old = {"id": 4, "content": "A note from before households", "timestamp": None, "score": 0.2}
+    assert "<span class='bm-own'>own</span>" in render.notes_html({**result, "notes": [old]})
+
+
+def test_my_notes_rows_mark_the_household_s_notes():
+    notes = [Note(id=1, owner=1, content="My PIN", timestamp="2024-03-02T09:15:00", author=1),
+             Note(id=2, owner=9, content="Wi-Fi", timestamp="2024-03-01T20:00:00", author=2, tags=["home"]),
+             Note(id=3, owner=9, content="Bins", timestamp="2024-03-01T20:00:00", author=None)]
+    rows = render.note_rows(notes, {9: "Home\u202e"}, {2: "Ben"})
+    assert render.NOTE_HEADERS == ["id", "time", "memory", "tags", "from"]
+    assert [row[4] for row in rows] == ["own", "household Home⟨U+202E⟩, by Ben", "household Home⟨U+202E⟩, imported"]
+    assert rows[1][:4] == [2, "1 Mar 2024, 20:00", "Wi-Fi", "home"]
+
+
+def test_the_remember_s_choices_are_read_as_a_household_id_and_member_ids():
+    assert Controller.placement("own", []) == (None, []) and Controller.placement(None, None) == (None, [])
+    assert Controller.placement("12", ["3", "4"]) == (12, [3, 4]) and Controller.placement(12, "3") == (12, [3])
+    with pytest.raises(gr.Error) as caught:
+        Controller.placement("own", ["3"])  # hiding needs a household
+    assert caught.value.title == "No household" and caught.value.visible is False
+    for where, hidden in (("Home", []), ("12", ["Chloe"]), ({"id": 12}, [])):
+        with pytest.raises(gr.Error) as caught:
+            Controller.placement(where, hidden)
+        assert caught.value.title == NO_HOUSEHOLD_CHOSEN[0]  # what a household one is not in reads as

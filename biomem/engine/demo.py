@@ -1,9 +1,10 @@
-"""A small demo store: three people from the sample faces, everyday memories, three askers.
+"""A small demo store: three people from the sample faces, everyday memories, a household, three askers.
 
 `biomem demo` (and the app's "load demo") enrol Ana, Ben and Chloe from two captures each
-(faces, and synthetic palms when a palm encoder is given), give them look-alike memories,
-then ask the same question as each of them and as a stranger: each gets only their own
-memories, the stranger none.
+(faces, and synthetic palms when a palm encoder is given), give them look-alike memories and
+one household that shares a Wi-Fi password among all three and a surprise party with everyone
+but Chloe, then ask the same question as each of them and as a stranger: each gets only their
+own memories and their household's, the stranger none.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import modalities
 
 from ..errors import BioMemError, InvalidInputError, MultipleFacesError, NoFaceError
 from ..identity.samples import augment, face_crops
+from ..stores.records import Group
 from .memory import BioMemory
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,12 @@ DEMO_PEOPLE: dict[str, list[tuple[str, str]]] = {
         ("I am learning Japanese with an app every morning", "2024-03-11T06:50:00"),
     ],
 }
+# The demo household: its name, then its shared notes as (text, timestamp, author, hidden from).
+DEMO_HOUSEHOLD = "Home"
+DEMO_SHARED: list[tuple[str, str, str, tuple[str, ...]]] = [
+    ("The Wi-Fi password is tulip-river-42", "2024-03-01T20:00:00", "Ana", ()),
+    ("Chloe's surprise party is on Saturday", "2024-03-08T21:30:00", "Ben", ("Chloe",)),
+]
 STRANGER = 6  # index into face_crops(): a person who is never enrolled
 # Synthetic palm identity seeds (modalities.palmsynth) of the demo people and the stranger.
 DEMO_PALM_SEEDS = {"Ana": 1, "Ben": 2, "Chloe": 3}
@@ -117,16 +125,50 @@ def loadable(mem: BioMemory, modality: str) -> bool:
     return True
 
 
+def demo_people(mem: BioMemory) -> dict[str, int]:
+    """The demo people enrolled in `mem` (sample identities with a demo person's name): label -> id."""
+    return {i.label: i.id for i in mem.identities() if i.sample and i.label in DEMO_PEOPLE}
+
+
+def demo_household(mem: BioMemory, ids: dict[str, int] | None = None) -> Group | None:
+    """The demo household: a group named DEMO_HOUSEHOLD that a demo person belongs to, or None."""
+    for person in (demo_people(mem) if ids is None else ids).values():
+        for group in mem.groups(identity=person):
+            if group.label == DEMO_HOUSEHOLD:
+                return group
+    return None
+
+
 def demo_loaded(mem: BioMemory) -> bool:
-    """Whether the demo people are enrolled in `mem`."""
-    return set(DEMO_PEOPLE) <= {i.label for i in mem.identities()}
+    """Whether the demo people and their household are in `mem`."""
+    ids = demo_people(mem)
+    return set(DEMO_PEOPLE) <= set(ids) and demo_household(mem, ids) is not None
 
 
-def build_demo(mem: BioMemory, palm_encoder: str | None = None) -> dict[str, int]:
-    """Enrol the demo people (faces, plus synthetic palms through `palm_encoder` when given)
-    with their memories; returns label -> identity id."""
-    ids = {}
+def build_household(mem: BioMemory, ids: dict[str, int]) -> Group:
+    """The demo household of the demo people `ids` (label -> id) with its shared notes, made once: when
+    one exists it is returned untouched (a demo person forgotten and enrolled again stays outside it, and
+    a note hidden from them can never reach their new identity)."""
+    found = demo_household(mem, ids)
+    if found is not None:
+        return found
+    people = list(DEMO_PEOPLE)
+    home = mem.create_group(DEMO_HOUSEHOLD, identity=ids[people[0]])
+    for label in people[1:]:
+        mem.add_member(home.id, identity=ids[label])
+    for text, when, author, hidden in DEMO_SHARED:
+        mem.add(text, identity=ids[author], scope=home.id, hidden_from=[ids[h] for h in hidden], timestamp=when)
+    return mem.store.group(home.id)
+
+
+def build_demo(mem: BioMemory, palm_encoder: str | None = None, *, household: bool = False) -> dict[str, int]:
+    """Enrol the demo people not yet enrolled (faces, plus synthetic palms through `palm_encoder` when
+    given) with their memories, and with `household` their household when there is none (the page's
+    and `biomem demo`'s store; tests of one person's isolation leave it out); returns label -> identity id."""
+    ids = demo_people(mem)
     for person, (label, memories) in enumerate(DEMO_PEOPLE.items()):
+        if label in ids:
+            continue
         identity = mem.enroll(label, [demo_capture(person, 0), demo_capture(person, 1)], sample=True)
         if palm_encoder:
             seed = DEMO_PALM_SEEDS[label]
@@ -134,14 +176,16 @@ def build_demo(mem: BioMemory, palm_encoder: str | None = None) -> dict[str, int
         mem.add_many([text for text, _ in memories], identity=identity.id,
                      timestamps=[when for _, when in memories])
         ids[label] = identity.id
-    return ids
+    if household:
+        build_household(mem, ids)
+    return {label: ids[label] for label in DEMO_PEOPLE}
 
 
 def run_demo(path: str | Path, question: str = "What is my bank card PIN?") -> None:
     """Build the demo store at `path` (if empty) and print what each asker gets."""
     with BioMemory(path) as mem:
-        if not mem.identities():
-            build_demo(mem)
+        if not mem.identities() or set(demo_people(mem)) == set(DEMO_PEOPLE):
+            build_demo(mem, household=True)  # a new store, or the demo's without its household yet: built once
         people = [*enumerate(DEMO_PEOPLE), (STRANGER, "a stranger")]
         askers = [(label, usable_capture(mem.encoder(), person, range(5, 40))) for person, label in people]
         print(f"store: {path} | question: {question!r}\n")

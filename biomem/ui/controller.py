@@ -24,7 +24,7 @@ import modalities
 
 from ..engine import access, demo
 from ..engine.memory import BioMemory
-from ..errors import BioMemError, TooManyAttemptsError
+from ..errors import BioMemError, GroupNotFoundError, TooManyAttemptsError, UnknownIdentityError
 from ..eval.importing import import_locomo
 from ..identity import calibration_plot
 from ..identity.calibrate import CalibrationReport, calibrate_folder, calibrate_samples, save
@@ -32,6 +32,7 @@ from ..identity.disclosure import note_view
 from ..identity.gate import Probe
 from ..identity.limits import client_keys
 from ..settings import Settings
+from ..stores.records import Group
 from . import render, uploads
 from .doors import Operators
 from .messages import fail, hint, readable
@@ -39,6 +40,12 @@ from .messages import fail, hint, readable
 log = logging.getLogger("biomem.ui")
 UNLOCK_SECONDS = 300  # how long "My notes" stays unlocked in one browser tab
 Progress = Callable[..., Any]
+OWN = "own"  # the Remember's "where" for the requester's own notes (else a household's id)
+# A household the requester is not in reads exactly as one that does not exist.
+NO_HOUSEHOLD = ("No such household", "None of the households of the person the probe shows has that name: check the "
+                "name, or show a member's probe.")
+NO_HOUSEHOLD_CHOSEN = ("No such household", "The probe's person has no such household: press My households "
+                       "with your probe, choose one of yours, then Remember with your probe again.")
 
 
 def short(reason: str) -> str:
@@ -128,9 +135,10 @@ class Controller:
     def answer(self, question: str, probe: Probe, client: list[str] | None) -> dict[str, Any]:
         answer = self.mem.ask(question, probe=probe, client=client)
         view = answer.as_dict()
+        sources = self.sources([g for person in answer.gate.admitted for g in self.mem.groups(identity=person)])
         return {"kind": "answer", "question": question, "answer": answer.text, "gate": view["gate"],
-                "notes": view["results"], "gated_out": view["gated_out"], "omitted": answer.omitted,
-                "prompt": render.visible(answer.prompt)}
+                "notes": [self.sourced(note, sources) for note in view["results"]], "gated_out": view["gated_out"],
+                "omitted": answer.omitted, "prompt": render.visible(answer.prompt)}
 
     def ask(self, question: str, probe: Any, encoder: str | None = None,
             request: gr.Request | None = None) -> dict[str, Any]:
@@ -142,17 +150,48 @@ class Controller:
         client = self.clients(request)
         return self.answer(question, self.probe(probe, encoder, client=client), client)
 
-    def remember(self, text: str, probe: Any, encoder: str | None = None,
-                 request: gr.Request | None = None) -> dict[str, Any]:
-        """Store a memory for whoever the probe shows (refused when it matches nobody)."""
+    def remember(self, text: str, probe: Any, encoder: str | None = None, request: gr.Request | None = None,
+                 where: Any = None, hidden: Any = None) -> dict[str, Any]:
+        """Store a memory for whoever the probe shows (refused when it matches nobody); `where` a household
+        of theirs to write into instead (its id, as "My households" offered it) and `hidden` the ids of its
+        members who must never read the note. The engine refuses a household the person is not in."""
         text = (text or "").strip()
-        if not text:
+        try:
+            if not text:
+                raise hint("Type what to remember first.", "Nothing to remember")
+            scope, hidden_from = self.placement(where, hidden)
+        except gr.Error:
             uploads.discard(probe)
-            raise hint("Type what to remember first.", "Nothing to remember")
+            raise
         client = self.clients(request)
-        note = self.mem.add(text, probe=self.probe(probe, encoder, client=client), client=client)
-        return {"kind": "remember", "question": text, "owner": self.mem.store.identity(note.owner).label,
+        proof = self.probe(probe, encoder, client=client)
+        if scope is None:
+            note = self.mem.add(text, probe=proof, client=client)
+            return {"kind": "remember", "question": text, "owner": self.mem.store.identity(note.owner).label,
+                    "note": note_view(note)}
+        try:
+            note = self.mem.add(text, probe=proof, scope=scope, hidden_from=hidden_from, client=client)
+        except GroupNotFoundError:
+            raise fail(NO_HOUSEHOLD_CHOSEN[1], NO_HOUSEHOLD_CHOSEN[0]) from None
+        home = self.mem.store.group(note.owner)
+        names = dict(zip(home.members, home.member_labels, strict=True))
+        return {"kind": "remember", "question": text, "owner": home.label, "household": home.label,
+                "author": names.get(note.author, ""), "hidden_from": [names.get(i, "") for i in note.hidden_from],
                 "note": note_view(note)}
+
+    @staticmethod
+    def placement(where: Any, hidden: Any) -> tuple[int | None, list[int]]:
+        """(household id or None for one's own notes, member ids to hide from) of the Remember's choices."""
+        hidden = [hidden] if isinstance(hidden, (str, int)) else list(hidden or [])
+        if where in (None, "", OWN):
+            if hidden:
+                raise hint("Choose one of your households to hide a note from some of its members.", "No household")
+            return None, []
+        try:
+            scope, hidden_from = int(where), [int(i) for i in hidden]
+        except (TypeError, ValueError):
+            raise fail(NO_HOUSEHOLD_CHOSEN[1], NO_HOUSEHOLD_CHOSEN[0]) from None
+        return scope, hidden_from
 
     def compare(self, question: str, probe_a: Any, probe_b: Any, encoder: str | None = None,
                 request: gr.Request | None = None) -> dict[str, Any]:
@@ -187,16 +226,22 @@ class Controller:
         return name if demo.loadable(self.mem, name) else None
 
     def load_demo(self, progress: Progress = _silent) -> str:
-        """Build the demo store (Ana, Ben, Chloe: faces, synthetic palms, everyday memories) once."""
+        """Build the demo store (Ana, Ben, Chloe: faces, synthetic palms, everyday memories, their household)
+        once; a store with the demo people but no household yet gets the household alone."""
         with self._building:
             if demo.demo_loaded(self.mem):
                 return "The demo people are already here: go to **Compare** or **Chat**."
+            home = (f"their household **{demo.DEMO_HOUSEHOLD}** (a Wi-Fi password for all three, a surprise "
+                    "party hidden from Chloe)")
+            if set(demo.demo_people(self.mem)) == set(demo.DEMO_PEOPLE):
+                demo.build_demo(self.mem, household=True)
+                return f"The demo people were already here; added {home}."
             palm = self.palm_encoder()
-            progress(0.1, desc="Enrolling Ana, Ben and Chloe with their memories…")
-            demo.build_demo(self.mem, palm_encoder=palm)
+            progress(0.1, desc="Enrolling Ana, Ben and Chloe with their memories and household…")
+            demo.build_demo(self.mem, palm_encoder=palm, household=True)
             progress(1.0, desc="Done")
         palms = f" and synthetic palms (`{palm}`)" if palm else " (no palm encoder here: faces only)"
-        return f"Loaded {', '.join(demo.DEMO_PEOPLE)} with face photos{palms} and a few memories each."
+        return f"Loaded {', '.join(demo.DEMO_PEOPLE)} with face photos{palms}, a few memories each and {home}."
 
     def import_locomo(self, path: str, conversations: int, progress: Progress = _silent) -> str:
         """Import LoCoMo conversations from a server path (the page's door: admin only)."""
@@ -249,15 +294,24 @@ class Controller:
         bound = f"ui:{request.session_hash if request else ''}"
         session = self.mem.session(proof, client=client, ttl=UNLOCK_SECONDS, bound_to=bound)
         return {"token": session.token, "bound": bound, "label": session.label,
-                "until": time.time() + UNLOCK_SECONDS, "rows": render.note_rows(session.get_all())}
+                "until": time.time() + UNLOCK_SECONDS, "rows": self.rows(session)}
 
     def my_notes(self, unlocked: dict[str, Any]) -> list[list[Any]] | None:
         """The unlocked person's notes as they are now (after a Remember, a delete or a forget), or None
         when their session has ended (expired, locked, or the person was forgotten)."""
         try:
-            return render.note_rows(self.mem.sessions.get(unlocked["token"], unlocked["bound"]).get_all())
+            return self.rows(self.mem.sessions.get(unlocked["token"], unlocked["bound"]))
         except BioMemError:
             return None
+
+    def rows(self, session: Any) -> list[list[Any]]:
+        """The notes an unlocked session's person may read (their own and their households'), as table rows
+        that say where each came from."""
+        groups, people = self.sources(session.groups())
+        notes = session.get_all()
+        people.update({n.author: self.former(n.author) for n in notes
+                       if n.author is not None and n.author not in people})
+        return render.note_rows(notes, groups, people)
 
     def lock(self, unlocked: dict[str, Any] | None) -> None:
         """End an unlocked listing's engine session (Lock, or its time is up)."""
@@ -301,6 +355,88 @@ class Controller:
         label = self.mem.store.identity(self.mem.verify(proof, "Forgetting you", client=client)).label
         self.mem.forget(probe=proof, client=client)
         return f"Forgot **{render.esc(label)}**: notes, links, history, templates and index entries are erased."
+
+    # ---- households -----------------------------------------------------------------------------
+
+    def sources(self, groups: list[Group]) -> tuple[dict[int, str], dict[int, str]]:
+        """(household id -> name, member id -> name) of the households a requester is in: the names their
+        notes' "from" shows (members may see each other)."""
+        return ({g.id: g.label for g in groups},
+                {i: label for g in groups for i, label in zip(g.members, g.member_labels, strict=True)})
+
+    def sourced(self, note: dict[str, Any], sources: tuple[dict[int, str], dict[int, str]]) -> dict[str, Any]:
+        """A note's view with the names of where it came from: its household (None: the requester's own)
+        and its author (None for an operator's import)."""
+        groups, people = sources
+        scope, author = note.get("scope"), note.get("author")
+        return {**note, "scope_label": groups.get(scope) if scope is not None else None,
+                "author_label": None if author is None else people.get(author) or self.former(author)}
+
+    def former(self, person: int) -> str:
+        """The name of a note's author who has left its household (or "a former member")."""
+        try:
+            return self.mem.store.identity(person).label
+        except BioMemError:
+            return "a former member"
+
+    def households(self, probe: Any, encoder: str | None = None,
+                   request: gr.Request | None = None) -> dict[str, Any]:
+        """The households of whoever the probe shows, with their members: the Remember's choices. Only
+        after the gate admitted the requester, and only theirs (a stranger is refused, as for Remember)."""
+        client = self.clients(request)
+        gate = self.mem.identify(self.probe(probe, encoder, client=client), policy="best", client=client)
+        if gate.identity is None:
+            raise UnknownIdentityError("the probe matches no enrolled identity")
+        return {"person": gate.identity, "label": gate.labels[gate.identity],
+                "groups": [{"id": g.id, "label": g.label,
+                            "members": [[i, name] for i, name in zip(g.members, g.member_labels, strict=True)]}
+                           for g in self.mem.groups(identity=gate.identity)]}
+
+    def found_household(self, label: str, probe: Any, second: Any, encoder: str | None,
+                        request: gr.Request | None = None) -> str:
+        """Found a household named `label`: its founder shows a fresh step-up probe and is its first member."""
+        label = (label or "").strip()
+        try:
+            if not label:
+                raise hint("Give the new household a name.", "No household name")
+            client = self.clients(request)
+            home = self.mem.create_group(label, probe=self.step_up(probe, second, encoder, client), client=client)
+        finally:
+            uploads.discard(probe, second)
+        return (f"Founded the household **{render.esc(home.label)}** with **{render.esc(home.member_labels[0])}** "
+                "as its first member. Anyone joins it in person: a member's probe and theirs, under "
+                "**Join a household**.")
+
+    def join_household(self, label: str, member: Any, member_second: Any, newcomer: Any, newcomer_second: Any,
+                       encoder: str | None, request: gr.Request | None = None) -> str:
+        """A member brings a newcomer into one of the member's households (named `label`): both show fresh
+        step-up probes. A member's probe that shows no household of that name gets the same answer whether
+        such a household exists or not."""
+        label = (label or "").strip()
+        probes = (member, member_second, newcomer, newcomer_second)
+        try:
+            if not label:
+                raise hint("Give the name of the household to join.", "No household name")
+            if not uploads.upload_path(member) or not uploads.upload_path(newcomer):
+                raise hint("Give both probes: a member of the household, and the person joining it.",
+                           "Two people needed")
+            client = self.clients(request)
+            inviter = self.step_up(member, member_second, encoder, client)
+            joining = self.step_up(newcomer, newcomer_second, encoder, client)
+            member_id = self.mem.verify(inviter, "Inviting someone", client=client)
+            home = next((g for g in self.mem.groups(identity=member_id) if g.label.casefold() == label.casefold()),
+                        None)
+            if home is None:
+                raise fail(NO_HOUSEHOLD[1], NO_HOUSEHOLD[0])
+            try:
+                home = self.mem.add_member(home.id, probe=inviter, member_probe=joining, client=client)
+            except GroupNotFoundError:  # the member left it in the meantime
+                raise fail(NO_HOUSEHOLD[1], NO_HOUSEHOLD[0]) from None
+        finally:
+            uploads.discard(*probes)
+        return (f"**{render.esc(home.member_labels[-1])}** joined **{render.esc(home.label)}**: its members are "
+                f"{', '.join(render.esc(name) for name in home.member_labels)}. Each of them now reads its notes "
+                "with their own probe.")
 
     # ---- encoders and calibration ---------------------------------------------------------------
 

@@ -23,12 +23,16 @@ import gradio as gr
 from ..engine.memory import BioMemory
 from ..settings import Settings
 from . import render, uploads
-from .controller import UNLOCK_SECONDS, Controller
+from .controller import OWN, UNLOCK_SECONDS, Controller
 from .doors import door
 from .messages import friendly
 from .style import GLOSS, HEADING, INTRO, TITLE
 
 DEFAULT_QUESTION = "What is my bank card PIN?"
+# Compare's demo questions (button id, question): one person's own note, then the demo household's notes.
+DEMO_QUESTIONS = (("pin", DEFAULT_QUESTION), ("wifi", "What is the Wi-Fi password?"),
+                  ("party", "When is the surprise party?"))
+OWN_ONLY = [("My own notes", OWN)]  # the Remember's "where" until "My households" offers a requester's own
 PENDING_SECONDS = 600  # an unused probe left in an input is deleted after this (and by Gradio's sweep)
 PRIVATE = {"api_visibility": "private"}  # internal events: hidden from the API docs and from clients
 RAW = {"preprocess": False}  # probe events get the raw upload: Gradio never decodes (or keeps) a probe
@@ -158,10 +162,16 @@ def header(ui: Controller) -> tuple[gr.HTML, gr.Dropdown, gr.Button, gr.Markdown
 def compare_tab(ui: Controller, encoder: gr.Dropdown, load_button: gr.Button) -> dict[str, Any]:
     """The one-minute story; returns its button, its probes and what shows a result, for Load demo."""
     gr.Markdown("One question, two people at the same agent. Each side is gated by its own probe: two "
-                "decisions, two sets of memories, two answers.", elem_classes="bm-hint")
+                "decisions, two sets of memories, two answers. Ana, Ben and Chloe share a household: its Wi-Fi "
+                "password reaches all three, the surprise party everyone but Chloe, and a stranger neither.",
+                elem_classes="bm-hint")
     with gr.Row(equal_height=True):
         question = gr.Textbox(DEFAULT_QUESTION, label="Question", scale=4, elem_id="bm-cmp-question")
         button = gr.Button("Compare", variant="primary", scale=1, elem_id="bm-cmp-button")
+    with gr.Row(elem_id="bm-cmp-questions", elem_classes="bm-samples"):
+        for key, text in DEMO_QUESTIONS:
+            ask = gr.Button(text, size="sm", min_width=0, elem_id=f"bm-cmp-q-{key}")
+            ask.click(on(ui, "page:view", functools.partial(same, text)), None, [question], **QUICK)
     with gr.Row():
         with gr.Column():
             probe_a = probe_input(ui, "bm-cmp-probe-a", "Requester A — probe", encoder, height=200)
@@ -188,6 +198,11 @@ def compare_tab(ui: Controller, encoder: gr.Dropdown, load_button: gr.Button) ->
            raw, shown, [raw], [panel_a, panel_b, chart, probe_a, probe_b], name="page:compare", api_name="compare",
            show_progress_on=[panel_a, panel_b], **RAW)
     return {"button": button, "probes": [probe_a, probe_b], "shown": [panel_a, panel_b, chart]}
+
+
+def same(value: Any) -> Any:
+    """`value` itself: a button that puts a fixed value in an input."""
+    return value
 
 
 def chat_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Listing) -> gr.Image:
@@ -275,32 +290,147 @@ def enrol_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing:
            enrolled, [result], [message, label, files, capture, status], name="page:enrol", show_progress_on=[message],
            **RAW)
 
-    gr.Markdown("### Remember something\nStored for whoever the probe matches; refused for a stranger.")
+    remember_panel(ui, encoder, status, listing)
+
+
+def remember_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Listing) -> None:
+    """Remember for whoever the probe shows: into their own notes, or (after "My households" has gated them
+    and offered their own households) into one of their households, hidden from some of its members."""
+    gr.Markdown("### Remember something\nStored for whoever the probe matches; refused for a stranger. To share "
+                "it with a household of yours: show your probe and press **My households**, choose where (and "
+                "whom to hide it from), then show your probe again and press **Remember**.")
     text = gr.Textbox(label="Memory", elem_id="bm-memo")
     probe = probe_input(ui, "bm-memo-probe", "Probe", encoder, height=200)
-    memo_button = gr.Button("Remember", elem_id="bm-memo-button")
+    with gr.Row(equal_height=True):
+        where = gr.Dropdown(OWN_ONLY, value=OWN, label="Where", scale=2, min_width=160, elem_id="bm-memo-where")
+        hidden = gr.CheckboxGroup([], label="Hide it from", info="members of the chosen household", scale=3,
+                                  elem_id="bm-memo-hidden")
+    with gr.Row():
+        memo_button = gr.Button("Remember", elem_id="bm-memo-button")
+        homes_button = gr.Button("My households", elem_id="bm-memo-households")
     memo_message = gr.Markdown(elem_id="bm-memo-message")
-    stored = gr.State(None)
+    stored, found = gr.State(None), gr.State(None)
+    homes = gr.State(None)  # whom "My households" admitted, and their households: the choices (server-side)
+    controls = [Control(memo_button, "Remember"), Control(homes_button, "My households")]
 
-    def memo(text: str, probe: Any, encoder: str | None, request: gr.Request) -> dict[str, Any]:
-        return ui.remember(text, probe, encoder, request)
+    def memo(text: str, probe: Any, where: Any, hidden: Any, encoder: str | None,
+             request: gr.Request) -> dict[str, Any]:
+        return ui.remember(text, probe, encoder, request, where, hidden)
 
     def shown(result: dict[str, Any] | None, unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
-        if result is None:
-            return "", gr.skip(), None, gr.skip(), *(gr.skip(),) * 3
-        stored = (f"✎ Stored as note {result['note']['id']} for **{render.esc(result['owner'])}**: "
-                  f"“{render.esc(result['note']['content'])}”.")
-        return stored, "", None, ui.status(), *listing_now(ui, unlocked)
+        if result is None:  # the choices stay: they are still the requester's, and the engine checks again
+            return "", gr.skip(), None, gr.skip(), *(gr.skip(),) * 3, *(gr.skip(),) * 3
+        note = result["note"]
+        if result.get("household"):
+            away = (f", hidden from {', '.join(f'**{render.esc(n)}**' for n in result['hidden_from'])}"
+                    if result["hidden_from"] else "")
+            stored = (f"✎ Stored as note {note['id']} in the household **{render.esc(result['household'])}** "
+                      f"by **{render.esc(result['author'])}**{away}: “{render.esc(note['content'])}”.")
+        else:
+            stored = (f"✎ Stored as note {note['id']} for **{render.esc(result['owner'])}**: "
+                      f"“{render.esc(note['content'])}”.")
+        return (stored, "", None, ui.status(), *listing_now(ui, unlocked), *choices(None))
 
-    action(ui, [memo_button.click], "memo", [Control(memo_button, "Remember")], memo, [text, probe, encoder], stored,
-           shown, [stored, listing.unlocked], [memo_message, text, probe, status, *listing.outputs],
+    action(ui, [memo_button.click], "memo", controls, memo, [text, probe, where, hidden, encoder], stored,
+           shown, [stored, listing.unlocked],
+           [memo_message, text, probe, status, *listing.outputs, where, hidden, homes],
            name="page:remember", show_progress_on=[memo_message], **RAW)
+
+    def households(probe: Any, encoder: str | None, request: gr.Request) -> dict[str, Any]:
+        return ui.households(probe, encoder, request)
+
+    def offered(done: dict[str, Any] | None) -> tuple[Any, ...]:
+        if done is None:
+            return "", None, *choices(None)
+        if not done["groups"]:
+            return (f"**{render.esc(done['label'])}** belongs to no household yet: found one under **Households** "
+                    "below.", None, *choices(None))
+        names = ", ".join(f"**{render.esc(g['label'])}**" for g in done["groups"])
+        return (f"Households of **{render.esc(done['label'])}**: {names}. Choose where, then show your probe "
+                "again and press **Remember**.", None, *choices(done))
+
+    action(ui, [homes_button.click], "memo", controls, households, [probe, encoder], found, offered, [found],
+           [memo_message, probe, where, hidden, homes], name="page:households", show_progress_on=[memo_message],
+           **RAW)
+    where.input(on(ui, "page:view", hide_choices), [where, homes], [hidden], **QUICK)
+
+
+def choices(homes: dict[str, Any] | None) -> tuple[Any, ...]:
+    """[where, hidden, homes] of the Remember: one's own notes only, or the households `homes` offers (the
+    first one chosen, nobody hidden)."""
+    if not homes:
+        return gr.update(choices=OWN_ONLY, value=OWN), gr.update(choices=[], value=[]), None
+    first = str(homes["groups"][0]["id"])
+    offered = OWN_ONLY + [(f"Household: {g['label']}", str(g["id"])) for g in homes["groups"]]
+    return gr.update(choices=offered, value=first), hide_choices(first, homes), homes
+
+
+def hide_choices(where: Any, homes: dict[str, Any] | None) -> Any:
+    """The "hide it from" choices: the chosen household's members but the requester, nobody ticked."""
+    group = next((g for g in (homes or {}).get("groups", []) if str(g["id"]) == str(where)), None)
+    if group is None:
+        return gr.update(choices=[], value=[])
+    return gr.update(choices=[(name, str(i)) for i, name in group["members"] if i != homes["person"]], value=[])
+
+
+def households_panel(ui: Controller, encoder: gr.Dropdown, listing: Listing) -> None:
+    """Found a household (its founder's fresh probes) or join one (a member's and the newcomer's fresh probes,
+    both shown): nobody is put into a household without showing up."""
+    gr.Markdown("A household shares some notes among its members: each reads them with their own probe, a note "
+                "can be hidden from some of them, and nobody outside learns anything of it, not even its name. "
+                "Founding and joining ask for fresh probes, as deleting does (the demo people: face and palm).")
+    with gr.Row():
+        with gr.Column(min_width=280):
+            gr.Markdown("#### Found a household")
+            name = gr.Textbox(label="Household name", elem_id="bm-found-name")
+            founder = probe_input(ui, "bm-found-probe", "Founder — fresh probe", encoder)
+            founder_second = second_input(ui, "bm-found-second", "Founder — second probe (the other kind)", encoder)
+            found_button = gr.Button("Found household", variant="primary", elem_id="bm-found")
+        with gr.Column(scale=2, min_width=280):
+            gr.Markdown("#### Join a household\nA member brings the newcomer in: both show their probes.")
+            join_name = gr.Textbox(label="Household name (one of the member's)", elem_id="bm-join-name")
+            with gr.Row():
+                with gr.Column(min_width=240):
+                    member = probe_input(ui, "bm-join-member", "A member — fresh probe", encoder)
+                    member_second = second_input(ui, "bm-join-member-second", "A member — second probe", encoder)
+                with gr.Column(min_width=240):
+                    newcomer = probe_input(ui, "bm-join-newcomer", "The newcomer — fresh probe", encoder)
+                    newcomer_second = second_input(ui, "bm-join-newcomer-second", "The newcomer — second probe",
+                                                   encoder)
+            join_button = gr.Button("Join household", variant="primary", elem_id="bm-join")
+    message = gr.Markdown(elem_id="bm-households-message")
+    founded, joined = gr.State(None), gr.State(None)
+    controls = [Control(found_button, "Found household"), Control(join_button, "Join household")]
+
+    def found(label: str, probe: Any, second: Any, encoder: str | None, request: gr.Request) -> str:
+        return ui.found_household(label, probe, second, encoder, request)
+
+    def join(label: str, member: Any, member_second: Any, newcomer: Any, newcomer_second: Any, encoder: str | None,
+             request: gr.Request) -> str:
+        return ui.join_household(label, member, member_second, newcomer, newcomer_second, encoder, request)
+
+    def landed(probes: int) -> Callable[..., tuple[Any, ...]]:
+        def shown(done: str | None, unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
+            if done is None:
+                return "", gr.skip(), *(None,) * probes, *(gr.skip(),) * 3
+            return done, "", *(None,) * probes, *listing_now(ui, unlocked)
+        return shown
+
+    action(ui, [found_button.click], "household", controls, found, [name, founder, founder_second, encoder], founded,
+           landed(2), [founded, listing.unlocked], [message, name, founder, founder_second, *listing.outputs],
+           name="page:found_household", show_progress_on=[message], **RAW)
+    action(ui, [join_button.click], "household", controls, join,
+           [join_name, member, member_second, newcomer, newcomer_second, encoder], joined, landed(4),
+           [joined, listing.unlocked],
+           [message, join_name, member, member_second, newcomer, newcomer_second, *listing.outputs],
+           name="page:join_household", show_progress_on=[message], **RAW)
 
 
 def notes_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Listing) -> None:
-    gr.Markdown(f"### My notes\nShow a clear probe to see your own notes for {UNLOCK_SECONDS // 60} minutes in "
-                "this tab. Deleting a note or forgetting yourself asks for a fresh probe each time. The demo "
-                "people enrolled a face and a palm: pick them in both boxes.")
+    gr.Markdown(f"### My notes\nShow a clear probe to see your own notes, and your households' (marked in "
+                f"*from*), for {UNLOCK_SECONDS // 60} minutes in this tab. Deleting a note or forgetting yourself "
+                "asks for a fresh probe each time. The demo people enrolled a face and a palm: pick them in both "
+                "boxes.")
     timer = gr.Timer(15)  # hides an unlocked listing once its time is up
     probe = probe_input(ui, "bm-unlock-probe", "Probe", encoder, height=200)
     second = second_input(ui, "bm-unlock-second", "Second probe (the other kind)", encoder)
@@ -509,7 +639,8 @@ def build_app(memory: BioMemory | None = None, *, settings: Settings | None = No
         status, encoder, load_button, load_message = header(ui)
         listing = Listing(gr.State(None, time_to_live=UNLOCK_SECONDS),
                           gr.Markdown("Locked.", elem_id="bm-unlock-message", render=False),
-                          gr.Dataframe(headers=["id", "time", "memory", "tags"], interactive=False, wrap=True,
+                          gr.Dataframe(headers=render.NOTE_HEADERS, interactive=False, wrap=True,
+                                       column_widths=["9%", "17%", "40%", "16%", "18%"],
                                        max_height=320, elem_id="bm-my-notes", render=False))
         with gr.Tabs(elem_id="bm-tabs"):
             with gr.Tab("Compare", id="compare", elem_id="bm-tab-compare"):
@@ -522,6 +653,8 @@ def build_app(memory: BioMemory | None = None, *, settings: Settings | None = No
                         enrol_column(ui, encoder, status, listing)
                     with gr.Column():
                         notes_column(ui, encoder, status, listing)
+                with gr.Accordion("Households: found one, or join one", open=False, elem_id="bm-households"):
+                    households_panel(ui, encoder, listing)
                 with gr.Accordion("Import LoCoMo conversations (server path)", open=False, visible=ui.admin):
                     import_panel(ui, encoder, status, chat_probe)
                 with gr.Accordion("Operator sign-in", open=False, elem_id="bm-operator"):

@@ -138,9 +138,25 @@ def notes_html(result: dict[str, Any] | None) -> str:
                 + ("the gate admitted nobody." if not result["gate"]["matched"]
                    else "the matched person has no memories yet.") + "</div>")
     rows = "".join(f"<tr><td class='bm-num'>{n['score']:.2f}</td><td class='bm-time'>{esc(when(n['timestamp']))}</td>"
-                   f"<td>{long_text(n['content'])}</td></tr>" for n in notes)
-    return ("<table class='bm-notes'><tr><th>score</th><th>time</th><th>memory</th></tr>" + rows + "</table>"
-            + left_out_html(result.get("omitted")))
+                   f"<td>{long_text(n['content'])}</td><td class='bm-from'>{source_html(n)}</td></tr>" for n in notes)
+    return ("<table class='bm-notes'><tr><th>score</th><th>time</th><th>memory</th><th>from</th></tr>" + rows
+            + "</table>" + left_out_html(result.get("omitted")))
+
+
+def source(scope_label: str | None, author_label: str | None, shared: bool) -> str:
+    """Where a note came from, in words: "own", or "household Home, by Ben" ("imported" without an author)."""
+    if not shared:
+        return "own"
+    return f"household {scope_label or '?'}, {f'by {author_label}' if author_label else 'imported'}"
+
+
+def source_html(note: dict[str, Any]) -> str:
+    """A retrieved note's origin (its view's scope and the names Controller.sourced added) in HTML."""
+    if note.get("scope") is None:
+        return "<span class='bm-own'>own</span>"
+    author = note.get("author_label")
+    return (f"household <span class='bm-shared'>{isolated(note.get('scope_label') or '?')}</span>"
+            f"<div class='bm-meta'>{f'by {isolated(author)}' if author else 'imported'}</div>")
 
 
 def left_out_html(omitted: int | None) -> str:
@@ -250,10 +266,18 @@ def compare_chart(result: dict[str, Any] | None) -> str:
             f"{''.join(parts)}</svg></div>")
 
 
-def note_rows(notes: list[Any]) -> list[list[Any]]:
-    """The requester's notes as table rows: id, time, memory, tags (hidden characters written out; a
-    note is at most the engine's 2,000 characters and the table scrolls)."""
-    return [[n.id, when(n.timestamp), visible(n.content), visible(", ".join(n.tags))] for n in notes]
+NOTE_HEADERS = ["id", "time", "memory", "tags", "from"]
+
+
+def note_rows(notes: list[Any], groups: dict[int, str] | None = None,
+              people: dict[int, str] | None = None) -> list[list[Any]]:
+    """The notes a person may read as table rows: id, time, memory, tags, and where each came from ("own",
+    or its household's name and author from `groups` / `people`), hidden characters written out; a note
+    is at most the engine's 2,000 characters and the table scrolls."""
+    groups, people = groups or {}, people or {}
+    return [[n.id, when(n.timestamp), visible(n.content), visible(", ".join(n.tags)),
+             visible(source(groups.get(n.scope), people.get(n.author) if n.author is not None else None,
+                            n.scope is not None))] for n in notes]
 
 
 def calibration_text(report: Any, current: float) -> str:

@@ -13,6 +13,8 @@ Every memory belongs to a face or palmprint. When someone asks, their probe is m
 **gate**); only the matched person's memories may reach the LLM — **a stranger gets none**.
 Try it: **Load demo**, then **Compare** the same question as Ana and as a stranger, then **Chat**
 with a probe per message (upload, webcam or a sample person). Probe images are used once, then deleted.
+A **household** shares some memories: Ana, Ben and Chloe's reaches each of them by their own probe (a
+note can be hidden from one of them, as Chloe's surprise party is), and nobody outside it.
 """
 
 GLOSS = ("**Probe**: the face or palm photo that shows who is asking. **Similarity**: how alike the probe "
@@ -38,6 +40,9 @@ CSS = """
 .bm-num {font-variant-numeric: tabular-nums; white-space: nowrap;}
 .bm-time {white-space: nowrap; opacity: .8;}
 .bm-who {white-space: nowrap; font-weight: 600;}
+.bm-from {white-space: nowrap;}
+.bm-shared {font-weight: 600;}
+.bm-own {opacity: .7;}
 .bm-barcell {width: 45%;}
 .bm-bar {position: relative; height: 12px; border-radius: 6px; background: rgba(128,128,128,.18);
   margin-top: 3px;}
