@@ -33,6 +33,22 @@ other adds through BioMemory.add. JSON: benchmarks/results/retrieval_postgresql.
     PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/retrieval.py --store postgresql \
         --ladder 10000:100,100000:1000,1000000:10000      # ~22 min, 14 of them the 1M HNSW build
 
+Part 3, households and filters (default 1M notes / 10,000 people, quick 20,000 / 200; --households,
+--skip-households). Two stores with the same people and the same number of notes are built through the
+engine's Store (add_identity, add_group, insert_notes with author, metadata and hidden_from): ungrouped (every
+note a person's, 100 each at 1M) and grouped (households of 4, 20% of the notes theirs, each written by a
+member, 5% of those hidden from one other member; 80 notes per person and 80 per household at 1M). Every note
+has the metadata {"bucket": 0..99}, so {"metadata.bucket": {"lt": t}} is a filter of t% selectivity. Each query
+runs `BioMemory.search(vector, probe=Probe(...), k=10, filters=...)` on both stores without a filter and with
+filters of 1%, 10% and 50%, interleaved in rotating order; recall@10 is against the exact top-10 (numpy) of the
+notes that person may read (own + household's, less hidden) that pass the filter. Then each part of a search
+is timed on its own (gate, reach, search_as, and the store statements groups and filters add). With --store
+postgresql the household rungs also run on PostgreSQL (--households-pg, default 100,000 / 1,000: built row by
+row through the store's own calls, then VACUUM ANALYZE).
+
+    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/retrieval.py --skip-search --skip-ingest \
+        --households 1000000:10000 --out benchmarks/results/retrieval_households.json
+
 Prints markdown tables (with targets and pass/fail) and writes every number and the
 machine's description to benchmarks/results/retrieval.json (or --out).
 """
@@ -88,6 +104,16 @@ TARGET_SPEEDUP = 30.0
 TARGET_RECALL = 1.0
 TARGET_INGEST_RATIO = 1.25
 TARGET_PG_RATIO = 5.0
+TARGET_HOUSEHOLD_RATIO = 1.5  # grouped and filtered p50 / ungrouped p50, same run
+
+FULL_HOUSEHOLDS = "1000000:10000"  # NOTES:PEOPLE of the household rungs
+QUICK_HOUSEHOLDS = "20000:200"
+PG_HOUSEHOLDS = "100000:1000"  # PostgreSQL's household rungs are built row by row through the store
+HOUSEHOLD_SIZE = 4
+GROUP_FRACTION = 0.2  # of the notes, owned by households
+HIDDEN_FRACTION = 0.05  # of the households' notes, hidden from one member
+BUCKETS = 100  # metadata "bucket" uniform in 0..99
+SELECTIVITIES = (1, 10, 50)  # filters {"metadata.bucket": {"lt": t}}: t% of the notes
 
 
 def log(message: str) -> None:
@@ -526,6 +552,371 @@ def run_ingest(encoder: TextEncoder, *, conversations: int, limit: int | None, r
     }
 
 
+# ---- part 3: households and filters -----------------------------------------------------------
+
+def spread(total: int, parts: int) -> np.ndarray:
+    """`total` items over `parts` owners as evenly as possible (the first ones get one more)."""
+    counts = np.full(parts, total // parts if parts else 0, dtype=np.int64)
+    counts[: total - int(counts.sum())] += 1
+    return counts
+
+
+class HouseholdStore:
+    """One layout of a household rung: `n_notes` random notes of `n_people` people, each enrolled with the same
+    template in both layouts (seeded by `seed`). Ungrouped: every note belongs to a person, spread evenly.
+    Grouped: people 0-3 are household 0, 4-7 household 1, ... (a group of `size` members each); the
+    households own `group_fraction` of the notes, spread evenly, each written by a random member and, with
+    probability `hidden_fraction`, hidden from one other member; the people own the rest. Every note has the
+    metadata {"bucket": b}, b uniform in 0..BUCKETS-1, so {"metadata.bucket": {"lt": t}} selects t% of any set
+    of notes. Built through the engine's Store (add_identity, add_group, insert_notes with author, metadata and
+    hidden_from: the rows BioMemory.add writes), one transaction per ~100k notes; the arrays the exact
+    reference needs are kept in memory."""
+
+    def __init__(self, location: Path | str, n_notes: int, n_people: int, *, grouped: bool, size: int,
+                 group_fraction: float, hidden_fraction: float, seed: int) -> None:
+        """`location`: an SQLite file, or a PostgreSQL URL (an empty database: the store's schema, no HNSW index,
+        the exact scan PostgreSQL runs by default; VACUUM ANALYZE after the load)."""
+        self.location, self.grouped = location, grouped
+        self.n_notes, self.n_people = n_notes, n_people
+        self.templates = unit_rows(np.random.default_rng(seed), n_people, BIO_DIM)  # the same people in both
+        rng = np.random.default_rng(seed + (11 if grouped else 12))
+        self.n_groups = n_people // size if grouped else 0
+        group_notes = round(n_notes * group_fraction) if grouped else 0
+        counts = np.r_[spread(n_notes - group_notes, n_people), spread(group_notes, self.n_groups)]
+        self.counts, self.starts = counts, np.r_[0, np.cumsum(counts)[:-1]]
+        self.household = np.full(n_people, -1, dtype=np.int64)  # person -> household index, -1 for none
+        self.household[: self.n_groups * size] = np.arange(self.n_groups * size) // size
+        self.embeddings = np.empty((n_notes, TEXT_DIM), dtype=np.float32)
+        self.note_ids = np.empty(n_notes, dtype=np.int64)
+        self.buckets = rng.integers(0, BUCKETS, size=n_notes)
+        self.hidden = np.full(n_notes, -1, dtype=np.int64)  # person index a note is hidden from, -1 for none
+        self.authors = np.full(n_notes, -1, dtype=np.int64)  # person index that wrote a group note
+        self.person_ids = np.empty(n_people, dtype=np.int64)
+        self.group_ids = np.empty(self.n_groups, dtype=np.int64)
+
+        t0 = time.perf_counter()
+        start = datetime(2023, 1, 1)
+        stamps = [(start + timedelta(minutes=k)).isoformat() for k in range(int(counts.max()))]
+        postgres = isinstance(location, str)
+        if postgres:
+            from biomem.stores.pg import PostgresStore
+            store: Any = PostgresStore(location)
+            store.ensure_vector_index(TEXT_DIM, hnsw=False)  # types the column; exact scans, no graph
+        else:
+            store = Store(location)
+        tx_notes = 0
+        tx = store.transaction()
+        tx.__enter__()  # one transaction per ~100k notes: Store's nested transactions join it
+        try:
+            for j in range(n_people):
+                self.person_ids[j] = store.add_identity(f"person-{j:05d}", MODALITY, self.templates[j:j + 1]).id
+            for h in range(self.n_groups):
+                members = self.person_ids[h * size:(h + 1) * size]
+                self.group_ids[h] = store.add_group(f"household-{h:05d}", [int(m) for m in members]).id
+            for o in range(len(counts)):
+                s, c = int(self.starts[o]), int(counts[o])
+                vectors = unit_rows(rng, c, TEXT_DIM)
+                self.embeddings[s:s + c] = vectors
+                group = o >= n_people
+                notes = []
+                for k in range(c):
+                    note = {"content": f"Synthetic memory {k} of {'household' if group else 'person'} "
+                                       f"{o - n_people if group else o}: benchmark filler text.",
+                            "timestamp": stamps[k], "keywords": ["synthetic", "benchmark", "memory"],
+                            "tags": ["test", "filler", "note"],
+                            "context": "A synthetic note for the retrieval benchmark.",
+                            "metadata": {"bucket": int(self.buckets[s + k])}}
+                    if group:
+                        h = o - n_people
+                        author, *others = rng.permutation(size)
+                        self.authors[s + k] = h * size + author
+                        note["author"] = int(self.person_ids[h * size + author])
+                        if rng.random() < hidden_fraction:
+                            self.hidden[s + k] = h * size + others[0]
+                            note["hidden_from"] = [int(self.person_ids[h * size + others[0]])]
+                    notes.append(note)
+                owner = int(self.group_ids[o - n_people]) if group else int(self.person_ids[o])
+                ids, _ = store.insert_notes(owner, notes, vectors)
+                self.note_ids[s:s + c] = ids
+                tx_notes += c
+                if tx_notes >= 100_000:
+                    tx.__exit__(None, None, None)
+                    tx = store.transaction()
+                    tx.__enter__()
+                    tx_notes = 0
+        except BaseException:
+            tx.__exit__(*sys.exc_info())
+            raise
+        tx.__exit__(None, None, None)
+        store.close()
+        if postgres:
+            import psycopg
+            with psycopg.connect(location, autocommit=True) as conn:
+                conn.execute("VACUUM ANALYZE")  # what autovacuum would do next
+        self.build_s = time.perf_counter() - t0
+
+    def owner_rows(self, o: int) -> np.ndarray:
+        return np.arange(int(self.starts[o]), int(self.starts[o] + self.counts[o]))
+
+    def readable(self, j: int) -> np.ndarray:
+        """Rows person j may read: their own notes and their household's, less those hidden from them."""
+        rows = self.owner_rows(j)
+        h = int(self.household[j])
+        if h >= 0:
+            shared = self.owner_rows(self.n_people + h)
+            rows = np.r_[rows, shared[self.hidden[shared] != j]]
+        return rows
+
+    def readable_ids(self, j: int) -> set[int]:
+        return set(self.note_ids[self.readable(j)].tolist())
+
+    def exact_top(self, j: int, query: np.ndarray, k: int, below: int | None) -> tuple[list[int], int]:
+        """Brute-force top-k note ids (best first) among the notes person j may read whose bucket is below
+        `below` (None: every one), and how many such notes there are."""
+        rows = self.readable(j)
+        if below is not None:
+            rows = rows[self.buckets[rows] < below]
+        scores = self.embeddings[rows] @ query
+        top = np.argsort(-scores, kind="stable")[:k]
+        return self.note_ids[rows[top]].tolist(), int(rows.size)
+
+
+def household_filter(below: int | None) -> dict[str, Any] | None:
+    return None if below is None else {"metadata.bucket": {"lt": below}}
+
+
+def run_household_rung(n_notes: int, n_people: int, *, encoder: TextEncoder, queries: int, seed: int,
+                       workdir: Path, keep: bool, profile: bool, size: int, group_fraction: float,
+                       hidden_fraction: float, pg: Any = None) -> dict[str, Any]:
+    """Household and filter rungs: the ungrouped store and the grouped one (same people, same number of notes),
+    searched in one interleaved loop without and with filters of 1%, 10% and 50% selectivity; recall@10
+    against the exact top-10 of the notes each person may read that pass the filter. On SQLite, or on
+    PostgreSQL when `pg` (a pg_retrieval.Server) is given."""
+    backend = "sqlite" if pg is None else "postgresql"
+    rung_dir = Path(tempfile.mkdtemp(prefix=f"biomem-bench-households-{n_notes}-{n_people}-", dir=workdir))
+    load_start = os.getloadavg()[0]
+    log(f"households rung on {backend}: {n_notes:,} notes, {n_people:,} people, households of {size}, "
+        f"{group_fraction:.0%} of the notes in groups: building in {rung_dir if pg is None else 'PostgreSQL'}")
+    location: dict[str, Path | str] = {}
+    size_mb: dict[str, Any] = {}
+    for layout in ("ungrouped", "grouped"):
+        if pg is None:
+            location[layout] = rung_dir / f"{layout}.db"
+            size_mb[layout] = lambda layout=layout: dir_mb(rung_dir / f"{layout}.db")
+        else:
+            location[layout] = pg.database(f"bench_households_{layout}_{n_notes}_{n_people}")
+            size_mb[layout] = lambda layout=layout: pg.database_mb(f"bench_households_{layout}_{n_notes}_{n_people}")
+    data: dict[str, HouseholdStore] = {}
+    for layout in ("ungrouped", "grouped"):
+        data[layout] = HouseholdStore(location[layout], n_notes, n_people, grouped=layout == "grouped",
+                                      size=size, group_fraction=group_fraction, hidden_fraction=hidden_fraction,
+                                      seed=seed)
+        log(f"  {layout}: built in {data[layout].build_s:.1f} s ({n_notes / data[layout].build_s:,.0f} notes/s), "
+            f"DB {size_mb[layout]():,.0f} MB")
+    grouped = data["grouped"]
+
+    rng = np.random.default_rng(seed + 5)
+    people = rng.integers(0, n_people, size=queries)
+    query_vecs = unit_rows(rng, queries, TEXT_DIM)
+    probe_cos = rng.uniform(0.97, 0.995, size=queries)
+    probes = np.stack([noisy_copy(rng, grouped.templates[j], c) for j, c in zip(people, probe_cos)])
+    filters = {"": None, **{f"_f{s}": s for s in SELECTIVITIES}}  # suffix -> bucket threshold (= percent)
+    names = [f"{layout}{suffix}" for layout in ("ungrouped", "grouped") for suffix in filters]
+    layout_of = {name: name.split("_")[0] for name in names}
+    below_of = {name: filters[name[len(layout_of[name]):]] for name in names}
+    largest = max(int(d.counts.max()) for d in data.values())
+    mems = {layout: BioMemory(location[layout], text_model=encoder, llm="offline",
+                              hnsw_threshold=max(20_000, largest + 1) if pg is None else None) for layout in data}
+    truth = {name: [data[layout_of[name]].exact_top(int(j), q, K, below_of[name]) for j, q in zip(people, query_vecs)]
+             for name in names}
+    readable = {layout: {int(j): d.readable_ids(int(j)) for j in set(people.tolist())} for layout, d in data.items()}
+
+    cold: dict[str, list[float]] = {layout: [] for layout in mems}
+    for layout, mem in mems.items():  # one search per distinct person: loads their partitions (and groups')
+        for j in dict.fromkeys(people.tolist()):
+            t0 = time.perf_counter_ns()
+            mem.search(unit_rows(rng, 1, TEXT_DIM)[0], probe=Probe(noisy_copy(rng, grouped.templates[j], 0.98),
+                                                                    MODALITY), k=K)
+            cold[layout].append((time.perf_counter_ns() - t0) / 1e6)
+        log(f"  {layout}: warmed {len(cold[layout])} people, cold p50 {np.median(cold[layout]):.2f} ms")
+
+    times: dict[str, list[float]] = {n: [] for n in names}
+    recall: dict[str, list[float]] = {n: [] for n in names}
+    counts_ok = {n: 0 for n in names}
+    order_ok = {n: 0 for n in names}
+    gate_ok = {n: 0 for n in names}
+    wrong = {n: 0 for n in names}
+    matched: dict[str, list[int]] = {n: [] for n in names}
+    gc.collect()
+    for i in range(queries):
+        j = int(people[i])
+        q, p = query_vecs[i], probes[i]
+        turn = i % len(names)
+        for name in names[turn:] + names[:turn]:
+            layout = layout_of[name]
+            mem = mems[layout]
+            where = household_filter(below_of[name])
+            t0 = time.perf_counter_ns()
+            result = mem.search(q, probe=Probe(p, MODALITY), k=K, filters=where)
+            times[name].append((time.perf_counter_ns() - t0) / 1e6)
+            ids = [n.id for n, _ in result.notes]
+            top, n_match = truth[name][i]
+            matched[name].append(n_match)
+            recall[name].append(len(set(top) & set(ids)) / len(top) if top else float(not ids))
+            counts_ok[name] += len(ids) == min(K, n_match)
+            order_ok[name] += ids == top
+            gate_ok[name] += result.gate.identity == int(data[layout].person_ids[j])
+            wrong[name] += sum(x not in readable[layout][j] for x in ids)
+            if below_of[name] is not None:
+                wrong[name] += sum(n.metadata.get("bucket", BUCKETS) >= below_of[name] for n, _ in result.notes)
+
+    modes: dict[str, Any] = {}
+    for name in names:
+        modes[name] = {**percentiles(times[name]), "recall_at_10": float(np.mean(recall[name])),
+                       "recall_at_10_min": float(np.min(recall[name])), "k_when_k_match": counts_ok[name] / queries,
+                       "same_order_as_exact": order_ok[name] / queries, "gate_correct": gate_ok[name] / queries,
+                       "notes_not_readable_or_not_matching": wrong[name],
+                       "filter": household_filter(below_of[name]),
+                       "selectivity": None if below_of[name] is None else below_of[name] / BUCKETS,
+                       "matching_notes_mean": float(np.mean(matched[name]))}
+    base = modes["ungrouped"]["p50_ms"]
+    for name in names:
+        modes[name]["ratio_p50_vs_ungrouped"] = modes[name]["p50_ms"] / base
+        modes[name]["ratio_p95_vs_ungrouped"] = modes[name]["p95_ms"] / modes["ungrouped"]["p95_ms"]
+
+    breakdown = household_breakdown(mems, data, names, layout_of, below_of, people, query_vecs, probes)
+    profiles = {}
+    for name in ("grouped", "grouped_f10") if profile else ():
+        prof = cProfile.Profile()
+        mem, where = mems[layout_of[name]], household_filter(below_of[name])
+        prof.enable()
+        for i in range(queries):
+            mem.search(query_vecs[i], probe=Probe(probes[i], MODALITY), k=K, filters=where)
+        prof.disable()
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
+        profiles[name] = buf.getvalue()
+        print(f"\n### cProfile, {name}, {n_notes:,} notes / {n_people:,} people, {queries} searches\n\n"
+              f"```\n{profiles[name]}```\n", flush=True)
+    for mem in mems.values():
+        mem.close()
+    own = int(grouped.counts[:n_people].mean())
+    shared = int(grouped.counts[n_people:].mean()) if grouped.n_groups else 0
+    result = {
+        "load_average_1m": {"start": load_start, "end": os.getloadavg()[0]}, "store": backend,
+        "notes": n_notes, "people": n_people, "household_size": size, "households": grouped.n_groups,
+        "group_fraction": group_fraction, "hidden_fraction": hidden_fraction, "queries": queries,
+        "group_notes": int(grouped.counts[n_people:].sum()),
+        "hidden_notes": int((grouped.hidden >= 0).sum()),
+        "notes_per_owner": {"ungrouped_person": int(data["ungrouped"].counts.mean()), "grouped_person": own,
+                            "household": shared},
+        "readable_per_person_mean": {layout: float(np.mean([len(d.readable(int(j))) for j in people]))
+                                     for layout, d in data.items()},
+        "build_s": {layout: d.build_s for layout, d in data.items()},
+        "db_mb": {layout: size_mb[layout]() for layout in data},
+        "cold_first_search": {layout: percentiles(v) for layout, v in cold.items()},
+        "modes": modes, "breakdown": breakdown, "peak_rss_mb": peak_rss_mb(),
+    }
+    if profiles:
+        result["profiles"] = profiles
+    log("  " + ", ".join(f"{name} p50 {modes[name]['p50_ms']:.3f} ms ({modes[name]['ratio_p50_vs_ungrouped']:.2f}x) "
+                         f"recall {modes[name]['recall_at_10']:.3f}" for name in names))
+    del data, mems
+    gc.collect()
+    if keep:
+        log(f"  kept {rung_dir}")
+    else:
+        shutil.rmtree(rung_dir, ignore_errors=True)
+        for layout in location if pg is not None else ():
+            pg.drop(f"bench_households_{layout}_{n_notes}_{n_people}")
+    return result
+
+
+def household_breakdown(mems: dict[str, BioMemory], data: dict[str, HouseholdStore], names: list[str],
+                        layout_of: dict[str, str], below_of: dict[str, int | None], people: np.ndarray,
+                        query_vecs: np.ndarray, probes: np.ndarray) -> dict[str, Any]:
+    """Where a search's time goes, each part timed on its own over the same queries, back to back: the gate
+    (identify), the reach (groups_of + hidden_notes), search_as (reach, rank in each partition, filter, fetch),
+    and the store statements a grouped or filtered search adds, one by one."""
+    from biomem.stores.filters import parse_filters
+
+    def timed(call: Any) -> dict[str, float]:
+        samples = []
+        for i in range(len(people)):
+            t0 = time.perf_counter_ns()
+            call(i)
+            samples.append((time.perf_counter_ns() - t0) / 1e6)
+        return percentiles(samples)
+
+    out: dict[str, Any] = {}
+    gates = {layout: [mem.identify(Probe(p, MODALITY)) for p in probes] for layout, mem in mems.items()}
+    for layout, mem in mems.items():
+        out[f"{layout}_identify"] = timed(lambda i: mem.identify(Probe(probes[i], MODALITY)))
+        out[f"{layout}_reach"] = timed(lambda i: mem.reach(gates[layout][i].admitted))
+    for name in names:
+        mem, where = mems[layout_of[name]], household_filter(below_of[name])
+        out[f"{name}_search_as"] = timed(lambda i: mem.search_as(gates[layout_of[name]][i], query_vecs[i], k=K,
+                                                                 filters=where))
+    mem, d = mems["grouped"], data["grouped"]
+    store = mem.store
+    person = [int(d.person_ids[int(j)]) for j in people]
+    group = [int(d.group_ids[d.household[int(j)]]) if d.household[int(j)] >= 0 else None for j in people]
+    out["sql_groups_of"] = timed(lambda i: store.groups_of(person[i]))
+    out["sql_hidden_notes"] = timed(lambda i: store.hidden_notes([person[i]], [g for g in [group[i]] if g]))
+    out["sql_generation"] = timed(lambda i: store.generation(person[i]))
+    out["sql_note_total"] = timed(lambda i: store.note_total())
+    out["partition_size_own"] = timed(lambda i: mem.partitions.size(person[i]))
+    for below in SELECTIVITIES:
+        tree = parse_filters(household_filter(below))
+        out[f"sql_note_ids_where_f{below}_own"] = timed(lambda i: store.note_ids_where(person[i], tree))
+        out[f"sql_note_ids_where_f{below}_group"] = timed(lambda i: store.note_ids_where(group[i], tree)
+                                                           if group[i] else None)
+    out["get_notes_10_own"] = timed(lambda i: store.get_notes(person[i], d.note_ids[d.owner_rows(int(people[i]))][:K]))
+    out["get_notes_5_own_and_5_group"] = timed(lambda i: (
+        store.get_notes(person[i], d.note_ids[d.owner_rows(int(people[i]))][:K // 2]),
+        store.get_notes(group[i], d.note_ids[d.owner_rows(d.n_people + int(d.household[int(people[i])]))][:K // 2])
+        if group[i] else None))
+    # one partition's rank, without and with what a grouped or filtered search adds to it
+    from biomem.stores.base import Within
+    from biomem.stores.blas import one_thread
+
+    excluded = [frozenset(mem.reach([person[i]])[1]) for i in range(len(people))]
+    tree = parse_filters(household_filter(10))
+    out["rank_own_partition"] = timed(lambda i: mem.partitions.search(person[i], query_vecs[i], K))
+    out["rank_group_partition"] = timed(lambda i: mem.partitions.search(group[i], query_vecs[i], K)
+                                        if group[i] else None)
+    out["rank_group_partition_less_hidden"] = timed(
+        lambda i: mem.partitions.search(group[i], query_vecs[i], K, Within(excluded=excluded[i]))
+        if group[i] else None)
+    out["rank_own_partition_f10"] = timed(lambda i: mem.partitions.search(person[i], query_vecs[i], K,
+                                                                          Within(where=tree)))
+    def blas_limit(i: int) -> None:
+        with one_thread():
+            pass
+
+    out["one_thread_blas_limit"] = timed(blas_limit)
+    if isinstance(store, Store):  # what the filter's statement costs, by its parts (SQLite)
+        from biomem.stores.filters import compile_filter
+
+        expression, values = compile_filter(tree, "sqlite")
+        db = store.db
+        both = [[person[i], group[i] or person[i]] for i in range(len(people))]
+
+        def sql(statement: str, extra: list[Any]) -> Any:
+            return lambda i: db.execute(statement, [*both[i], *extra]).fetchall()
+
+        out["sql_f10_one_statement_own_and_group"] = timed(sql(
+            f"SELECT id FROM notes WHERE owner_id IN (?, ?) AND ({expression})", values))
+        out["sql_f10_json_extract_own_and_group"] = timed(sql(
+            "SELECT id FROM notes WHERE owner_id IN (?, ?) AND json_extract(metadata, '$.bucket') < ?", [10]))
+        out["sql_metadata_column_own_and_group"] = timed(sql(
+            "SELECT id, metadata FROM notes WHERE owner_id IN (?, ?)", []))
+        out["sql_ids_own_and_group"] = timed(sql("SELECT id FROM notes WHERE owner_id IN (?, ?)", []))
+        out["sql_group_ids_only"] = timed(lambda i: db.execute(
+            "SELECT group_id FROM members WHERE identity_id = ?", [person[i]]).fetchall())
+    return out
+
+
 # ---- report -----------------------------------------------------------------------------------
 
 def fmt_ms(entry: dict[str, Any]) -> str:
@@ -592,6 +983,33 @@ def report(results: dict[str, Any]) -> str:
                           f"| {sum(x['seen_by_id'] for x in c['checks'].values())} / "
                           f"{sum(x['seen_by_search'] for x in c['checks'].values())} of {2 * c['adds_per_process']} "
                           f"| {c['wrong_owner_notes']} | {c['wrong_gate']} |"]
+    for h in results.get("households") or []:
+        lines += ["", (f"## Households and filters, {h.get('store', 'sqlite')}, {h['notes']:,} notes / "
+                       f"{h['people']:,} people "
+                       f"({h['households']:,} households of {h['household_size']}, {h['group_notes']:,} notes in "
+                       f"groups, {h['hidden_notes']:,} of them hidden from one member; load "
+                       f"{h['load_average_1m']['start']:.1f})"), "",
+                  ("| search | notes the person may read (mean) | filter | notes matching (mean) | p50 / p95 ms "
+                   "| p50 / ungrouped p50 | recall@10 (min) | K back when K match | same order as exact "
+                   "| gate right | wrong notes |"),
+                  "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for name, m in h["modes"].items():
+            layout = name.split("_")[0]
+            selectivity = "none" if m["selectivity"] is None else f"bucket < {round(100 * m['selectivity'])} " \
+                f"({m['selectivity']:.0%})"
+            lines.append(f"| {name} | {h['readable_per_person_mean'][layout]:.0f} | {selectivity} "
+                         f"| {m['matching_notes_mean']:.1f} | {fmt_ms(m)} | {m['ratio_p50_vs_ungrouped']:.2f}x "
+                         f"| {m['recall_at_10']:.3f} ({m['recall_at_10_min']:.2f}) | {m['k_when_k_match']:.3f} "
+                         f"| {m['same_order_as_exact']:.3f} | {m['gate_correct']:.3f} "
+                         f"| {m['notes_not_readable_or_not_matching']} |")
+        b = h["breakdown"]
+        lines += ["", "Where the time goes (each part timed alone over the same queries, back to back; p50 / p95 ms):",
+                  "", "| part | p50 / p95 ms |", "|---|---:|"]
+        lines += [f"| {part} | {fmt_ms(v)} |" for part, v in b.items()]
+        lines += ["", f"Build: ungrouped {h['build_s']['ungrouped']:.1f} s, grouped {h['build_s']['grouped']:.1f} s; "
+                      f"DB {h['db_mb']['ungrouped']:,.0f} / {h['db_mb']['grouped']:,.0f} MB; cold first search p50 "
+                      f"{h['cold_first_search']['ungrouped']['p50_ms']:.2f} / "
+                      f"{h['cold_first_search']['grouped']['p50_ms']:.2f} ms."]
     ing = results.get("ingest")
     if ing:
         nps = ing["notes_per_s"]
@@ -659,6 +1077,30 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                                         f"{c['wrong_owner_notes']}, wrong gate {c['wrong_gate']}",
                             "pass": c["all_adds_visible_to_other"] and c["wrong_owner_notes"] == 0
                             and c["wrong_gate"] == 0})
+    households = results.get("households") or []
+    for backend in dict.fromkeys(h.get("store", "sqlite") for h in households):
+        top = max((h for h in households if h.get("store", "sqlite") == backend),
+                  key=lambda h: (h["notes"], h["people"]))
+        at_scale = top["notes"] >= 1_000_000
+        scale = f"{top['notes']:,} notes / {top['people']:,} people"
+        for name, m in top["modes"].items():
+            if name == "ungrouped":
+                continue
+            out.append({"target": f"{backend}: {name} p50 within {TARGET_HOUSEHOLD_RATIO:g}x of the ungrouped p50 "
+                                  "at 1M notes",
+                        "measured": f"{m['ratio_p50_vs_ungrouped']:.2f}x ({m['p50_ms']:.3f} vs "
+                                    f"{top['modes']['ungrouped']['p50_ms']:.3f} ms) at {scale}",
+                        "pass": m["ratio_p50_vs_ungrouped"] <= TARGET_HOUSEHOLD_RATIO if at_scale else None})
+    if households:
+        worst = min((m["recall_at_10"], name) for h in households for name, m in h["modes"].items())
+        out.append({"target": "households and filters: recall@10 = 1.0 (every mode, every rung)",
+                    "measured": f"{worst[0]:.3f} (worst: {worst[1]})", "pass": worst[0] >= TARGET_RECALL})
+        wrong = sum(m["notes_not_readable_or_not_matching"] for h in households for m in h["modes"].values())
+        short = min(m["k_when_k_match"] for h in households for m in h["modes"].values())
+        out.append({"target": "households and filters: no note the person may not read or the filter excludes; "
+                              "K back when K match",
+                    "measured": f"{wrong} wrong notes; K when K match in {short:.3f} of searches",
+                    "pass": wrong == 0 and short == 1.0})
     ing = results.get("ingest")
     if ing:
         ratio = ing["ratio_engine_vs_bare_embedded"]
@@ -708,6 +1150,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ingest", action="store_true", help="with --store postgresql: run the ingest part too")
     ap.add_argument("--concurrency-adds", type=int, default=100,
                     help="adds per process in the two-process PostgreSQL part (0: skip it)")
+    ap.add_argument("--households", default=None,
+                    help=f"household and filter rungs, comma list of NOTES:PEOPLE (default {FULL_HOUSEHOLDS}, "
+                         f"quick {QUICK_HOUSEHOLDS})")
+    ap.add_argument("--households-pg", default=None,
+                    help="with --store postgresql: household rungs on PostgreSQL too, NOTES:PEOPLE list "
+                         "(default 100000:1000: built through the store's own calls, row by row)")
+    ap.add_argument("--skip-households", action="store_true", help="skip the household and filter rungs")
+    ap.add_argument("--household-size", type=int, default=HOUSEHOLD_SIZE, help="members per household (4)")
+    ap.add_argument("--group-fraction", type=float, default=GROUP_FRACTION,
+                    help="fraction of the notes owned by households (0.2)")
+    ap.add_argument("--hidden-fraction", type=float, default=HIDDEN_FRACTION,
+                    help="fraction of the households' notes hidden from one member (0.05)")
     ap.add_argument("--out", type=Path, default=None,
                     help="JSON path (default results/retrieval.json, or results/retrieval_postgresql.json)")
     args = ap.parse_args(argv)
@@ -718,6 +1172,14 @@ def main(argv: list[str] | None = None) -> int:
         args.skip_ingest = True
 
     ladder = parse_ladder(args.ladder or (QUICK_LADDER if args.quick else FULL_LADDER))
+    household_ladder = [] if args.skip_households else \
+        parse_ladder(args.households or (QUICK_HOUSEHOLDS if args.quick else FULL_HOUSEHOLDS))
+    household_pg = [] if args.skip_households or not postgres else \
+        parse_ladder(args.households_pg or (QUICK_HOUSEHOLDS if args.quick else PG_HOUSEHOLDS))
+    if any(u < args.household_size for _, u in household_ladder + household_pg) or not 0 <= args.group_fraction < 1 \
+            or not 0 <= args.hidden_fraction <= 1:
+        raise SystemExit("households: PEOPLE >= --household-size, 0 <= --group-fraction < 1, "
+                         "0 <= --hidden-fraction <= 1")
     queries = args.queries or (100 if args.quick else 200)
     ingest_limit = args.ingest_notes if args.ingest_notes is not None else (128 if args.quick else None)
     rounds = args.ingest_rounds or 3
@@ -739,11 +1201,15 @@ def main(argv: list[str] | None = None) -> int:
         "engine": str(Path(sys.modules["biomem"].__file__).parent),
         "config": {"k": K, "queries": queries, "ladder": ladder, "text_model": encoder.name,
                    "text_dim": TEXT_DIM, "bio_dim": BIO_DIM, "modality": MODALITY, "seed": args.seed,
-                   "quick": args.quick, "text_encoder_load_s": load_s, "blas_threads": args.blas_threads},
-        "retrieval": [], "ingest": None,
+                   "quick": args.quick, "text_encoder_load_s": load_s, "blas_threads": args.blas_threads,
+                   "households": {"ladder": household_ladder, "ladder_postgresql": household_pg,
+                                  "household_size": args.household_size,
+                                  "group_fraction": args.group_fraction, "hidden_fraction": args.hidden_fraction,
+                                  "selectivities_percent": list(SELECTIVITIES), "buckets": BUCKETS}},
+        "retrieval": [], "households": [], "ingest": None,
     }
     server = None
-    if postgres and not args.skip_search:
+    if postgres and (not args.skip_search or household_pg):
         from pg_retrieval import Server
         server = Server(Path(tempfile.mkdtemp(prefix="biomem-bench-pg-", dir=workdir)))
         results["config"]["store"] = "postgresql"
@@ -760,6 +1226,12 @@ def main(argv: list[str] | None = None) -> int:
                 if server is not None and "pgvector" not in results["config"]["postgresql"]:
                     build = results["retrieval"][-1]["postgresql"]["build"]
                     results["config"]["postgresql"]["pgvector"] = build.get("pgvector")
+        for backend_server, rungs in ((None, household_ladder), (server, household_pg)):
+            for n_notes, n_people in rungs:
+                results["households"].append(run_household_rung(
+                    n_notes, n_people, encoder=encoder, queries=queries, seed=args.seed, workdir=workdir,
+                    keep=args.keep, profile=args.profile, size=args.household_size,
+                    group_fraction=args.group_fraction, hidden_fraction=args.hidden_fraction, pg=backend_server))
     finally:
         if server is not None:
             server.close()

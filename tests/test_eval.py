@@ -303,3 +303,51 @@ def test_reduced_amem_protocol_end_to_end(tmp_path, text_encoder):
 def test_cli_reports_a_bad_biometric_source_in_one_line(tmp_path, capsys):
     assert main(["eval", "locomo", "--data", str(DATA), "--bio", "faces:extra", "--cache-dir", str(tmp_path)]) == 2
     assert "unknown --bio 'faces:extra'" in capsys.readouterr().err
+
+
+# ---- households: the two speakers of a conversation share it as a group ----------------------------------
+
+@needs_data
+def test_households_check_both_speakers_retrieve_their_conversation_and_nobody_else_does(tmp_path, text_encoder):
+    from biomem.eval import add_households_arguments
+    from biomem.eval import households as hh
+    from biomem.eval.protocols import PaperProtocol
+
+    parser = argparse.ArgumentParser()
+    add_households_arguments(parser)
+    argv = ["--data", str(DATA), "--conversations", "2", "--max-turns", "30", "--sample", "0.5",
+            "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
+    args = parser.parse_args(argv)
+    args.command_line = "biomem eval households " + " ".join(argv)
+    results = hh.run(args, text=text_encoder)
+    rows, summary = results["summary"]["rows"], results["summary"]
+    questions = results["config"]["questions"]
+    assert questions >= 3 and len(results["records"]) == 6 * questions  # 2 roles single, 4 households
+    owner = rows["single/owner"]["recall"]
+    assert owner > 0
+    for role in ("speaker A", "speaker B"):  # the same notes, ranked the same: the single owner's recall
+        assert rows[f"households/{role}"]["recall"] == owner
+        assert summary["same_top_k_as_single_owner"][role] == 1.0
+    for key in ("single/non-owner", "households/non-member A", "households/non-member B"):
+        assert rows[key]["recall"] == 0.0 and rows[key]["of_the_question_conversation"] == 0
+    assert all(row["leaked"] == 0 and row["retrieved"] == 10 * questions for row in rows.values())
+    for gate in summary["gate"].values():
+        assert gate["tar"] == 1.0 and gate["false_accept_pairs"] == 0
+    assert len(summary["gate"]["households"]["probes"]) == 4
+
+    # The household store: two groups of the conversation's two speakers own every turn; no person owns a note.
+    store = Store(Path(results["config"]["cache_dir"]) / results["config"]["cache_keys"]["households"] / "store.db")
+    groups = store.all_groups()
+    assert [(g.label, g.member_labels) for g in groups] == [
+        ("conv-26", ["conv-26: Caroline", "conv-26: Melanie"]), ("conv-30", ["conv-30: Gina", "conv-30: Jon"])]
+    assert all(not store.all_notes(i.id) for i in store.identities())
+    notes = [n for g in groups for n in store.all_notes(g.id)]
+    store.close()
+    assert len(notes) == 60 and all(n.author is None for n in notes)
+    assert "| household: the two speakers' group | speaker A |" in (tmp_path / "out" / "results.md").read_text()
+
+    # The single-owner store is the one `biomem eval locomo` caches: the same key, reused.
+    conversations = [lc.trim(c, 30) for c in lc.load_locomo(DATA)[:2]]
+    again = lc.ingest(conversations, data_sha256=lc.file_sha256(DATA), cache_dir=tmp_path / "cache",
+                      text=text_encoder, llm="offline", max_turns=30, protocol=PaperProtocol(10, 0, "question"))
+    assert again.cached and again.key == results["config"]["cache_keys"]["single"]

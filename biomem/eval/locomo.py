@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ from .report import bar_chart, markdown, summarize
 
 __all__ = [
     "LOCOMO_SHA256", "LOCOMO_URL", "Conversation", "DataUnavailableError", "Ingested", "MemoTextEncoder",
-    "Question", "Turn", "answer_all", "ensure_data", "evaluate", "file_sha256", "gate_check", "ingest",
+    "LAYOUTS", "Question", "Turn", "answer_all", "ensure_data", "evaluate", "file_sha256", "gate_check", "ingest",
     "load_locomo", "make_protocol", "run", "sample_questions", "trim",
 ]
 
@@ -64,43 +64,80 @@ INGEST_CHUNK = 128  # turns per add_many call: one progress-bar step
 
 # ---- ingestion, cached ------------------------------------------------------------------------
 
+LAYOUTS = ("single", "households")
+
+
 @dataclass
 class Ingested:
-    """A store holding every turn as a note of its conversation's (template-less) identity."""
+    """A store holding every turn as a note of its conversation's owner: a (template-less) identity in the
+    "single" layout, or in the "households" layout a group whose members are the conversation's speakers
+    (template-less people)."""
 
     db: Path
     key: str
-    identities: dict[str, int]  # sample_id -> identity id
+    identities: dict[str, int]  # sample_id -> the owner of its notes: an identity id, or a group id
     dia_ids: dict[int, str]  # note id -> dia_id
     seconds: float  # wall time of the ingestion that built the cache entry
     cached: bool
+    people: dict[str, list[int]] = field(default_factory=dict)  # sample_id -> its speakers' person ids, in
+    # order of first turn (households; in the single layout, [the conversation's identity])
+    labels: dict[int, str] = field(default_factory=dict)  # every person and group id -> its label
 
 
 def ingest(conversations: Sequence[Conversation], *, data_sha256: str, cache_dir: Path, text: TextEncoder,
-           llm: str, max_turns: int | None, protocol: Protocol) -> Ingested:
+           llm: str, max_turns: int | None, protocol: Protocol, layout: str = "single") -> Ingested:
     """Ingest once per configuration; later runs reuse the cached SQLite file.
 
     The key covers the data file, the conversations and turn limit, the text model, the
-    note-building LLM, the engine and schema versions and the protocol's note format.
-    Identities are made without templates: enrolment belongs to a biometric source and is
-    done on a copy.
+    note-building LLM, the engine and schema versions, the protocol's note format and (when not
+    "single") the layout. Identities are made without templates: enrolment belongs to a biometric
+    source and is done on a copy. Layout "households": each conversation's speakers are people
+    ("conv-26: Caroline"), the operator founds their group (create_group(identity=), add_member(identity=))
+    and imports the turns into it (add_many(identity=<group id>)).
     """
+    if layout not in LAYOUTS:
+        raise InvalidInputError(f"unknown layout {layout!r}: one of {LAYOUTS}")
     fields = {"data_sha256": data_sha256, "conversations": [c.sample_id for c in conversations],
               "max_turns": max_turns, "text_model": text.name, "llm": llm, "engine": __version__,
               "schema": SCHEMA_VERSION, "note_format": protocol.note_format}
+    if layout != "single":  # the single layout keeps the keys of earlier runs' caches
+        fields["layout"] = layout
     key = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
     entry = cache_dir / key
     cached = (entry / "ingest.json").is_file()
     if not cached:
-        _build(entry, fields, conversations, text, llm, protocol)
+        _build(entry, fields, conversations, text, llm, protocol, layout)
     meta = json.loads((entry / "ingest.json").read_text())
-    return Ingested(db=entry / "store.db", key=key, identities=meta["identities"],
+    identities = meta["identities"]
+    people = meta.get("people") or {s: [i] for s, i in identities.items()}
+    labels = {int(k): v for k, v in meta["labels"].items()} if "labels" in meta else \
+        {i: s for s, i in identities.items()}
+    return Ingested(db=entry / "store.db", key=key, identities=identities,
                     dia_ids={int(k): v for k, v in meta["dia_ids"].items()}, seconds=meta["seconds"],
-                    cached=cached)
+                    cached=cached, people=people, labels=labels)
+
+
+def _owner(mem: Any, conversation: Conversation, layout: str, people: dict[str, list[int]],
+           labels: dict[int, str]) -> int:
+    """The owner of a conversation's notes in `layout`, made with the operator's calls."""
+    none = np.zeros((0, 0), np.float32)
+    if layout == "single":
+        owner = mem.store.add_identity(conversation.sample_id, "none", none).id
+        people[conversation.sample_id], labels[owner] = [owner], conversation.sample_id
+        return owner
+    speakers = list(dict.fromkeys(t.speaker for t in conversation.turns))
+    ids = [mem.store.add_identity(f"{conversation.sample_id}: {s}", "none", none).id for s in speakers]
+    group = mem.create_group(conversation.sample_id, identity=ids[0])
+    for other in ids[1:]:
+        group = mem.add_member(group.id, identity=other)
+    people[conversation.sample_id] = ids
+    labels.update({i: f"{conversation.sample_id}: {s}" for i, s in zip(ids, speakers)})
+    labels[group.id] = f"{conversation.sample_id} (household)"
+    return group.id
 
 
 def _build(entry: Path, fields: dict[str, Any], conversations: Sequence[Conversation], text: TextEncoder,
-           llm: str, protocol: Protocol) -> None:
+           llm: str, protocol: Protocol, layout: str = "single") -> None:
     """Ingest into a private folder, then move it into place (a crash leaves no half entry)."""
     from biomem import BioMemory
 
@@ -109,12 +146,14 @@ def _build(entry: Path, fields: dict[str, Any], conversations: Sequence[Conversa
     partial.mkdir(parents=True)
     start = time.perf_counter()
     identities: dict[str, int] = {}
+    people: dict[str, list[int]] = {}
+    labels: dict[int, str] = {}
     dia_ids: dict[int, str] = {}
     total = sum(len(c.turns) for c in conversations)
     with BioMemory(partial / "store.db", text_model=text, llm=llm) as mem, \
-            tqdm(total=total, desc="ingest", unit="turn", mininterval=2.0) as bar:
+            tqdm(total=total, desc=f"ingest ({layout})", unit="turn", mininterval=2.0) as bar:
         for conversation in conversations:
-            owner = mem.store.add_identity(conversation.sample_id, "none", np.zeros((0, 0), np.float32)).id
+            owner = _owner(mem, conversation, layout, people, labels)
             identities[conversation.sample_id] = owner
             for start_turn in range(0, len(conversation.turns), INGEST_CHUNK):
                 chunk = conversation.turns[start_turn:start_turn + INGEST_CHUNK]
@@ -122,8 +161,8 @@ def _build(entry: Path, fields: dict[str, Any], conversations: Sequence[Conversa
                                    timestamps=[t.date for t in chunk])
                 dia_ids.update(zip(ids, (t.dia_id for t in chunk)))
                 bar.update(len(chunk))
-    meta = {"key": fields, "identities": identities, "dia_ids": dia_ids, "notes": len(dia_ids),
-            "seconds": round(time.perf_counter() - start, 2)}
+    meta = {"key": fields, "identities": identities, "people": people, "labels": labels, "dia_ids": dia_ids,
+            "notes": len(dia_ids), "seconds": round(time.perf_counter() - start, 2)}
     (partial / "ingest.json").write_text(json.dumps(meta, indent=1))
     shutil.rmtree(partial / "store.db.index", ignore_errors=True)  # derived; rebuilt from SQLite
     try:
