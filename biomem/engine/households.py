@@ -133,7 +133,7 @@ class Households:
         """What `people` may read together: their own partitions and their groups', and the ids of the group
         notes hidden from any of them (left out of every read)."""
         people = list(dict.fromkeys(people))
-        groups = list(dict.fromkeys(g.id for person in people for g in self.store.groups_of(person)))
+        groups = list(dict.fromkeys(g for person in people for g in self.store.group_ids(person)))
         return people + groups, frozenset(self.store.hidden_notes(people, groups))
 
     def check_audience(self, group: Group, author: int | None, hidden_from: Sequence[Any]) -> list[int]:

@@ -337,13 +337,8 @@ class BioMemory(Households, Biometrics):
             hits += [(owner, i, s) for i, s in self.partitions.search(owner, vector, k, within)
                      if threshold is None or s >= threshold]
         hits.sort(key=lambda h: -h[2])
-        hits = hits[:k]
-        notes: list[tuple[Note, float]] = []
-        for owner in owners:
-            mine = [(i, s) for o, i, s in hits if o == owner]
-            if mine:
-                scores = dict(mine)
-                notes += [(n, scores[n.id]) for n in self.store.get_notes(owner, [i for i, _ in mine])]
+        scores = {i: s for _, i, s in hits[:k]}
+        notes = [(n, scores[n.id]) for n in self.store.get_notes_among(owners, list(scores))]
         notes.sort(key=lambda pair: (-pair[1], pair[0].timestamp, pair[0].id))
         outside = self.store.note_total() - pool
         return SearchResult(gate=gate, notes=notes, gated_out=outside, view=self.disclose(gate, outside),

@@ -97,11 +97,18 @@ class PgNoteRows:
 
     def get_notes(self, owner_id: int, note_ids: Iterable[int]) -> list[Note]:
         """Notes of `owner_id` among `note_ids`, in the given order (others are skipped)."""
-        wanted = [int(i) for i in note_ids]
+        return self.get_notes_among([owner_id], note_ids)
+
+    def get_notes_among(self, owners: Sequence[int], note_ids: Iterable[int]) -> list[Note]:
+        """Notes of any of `owners` among `note_ids`, in the given order (others are skipped): one read for a
+        search's hits in several partitions."""
+        wanted, owners = [int(i) for i in note_ids], [int(o) for o in owners]
         if not wanted:
             return []
-        with self.transaction([owner_id]) as conn:
-            found = {n.id: n for n in self._notes(conn, owner_id, "AND id = ANY (%s)", [wanted])}
+        with self.transaction(owners) as conn:
+            rows = conn.execute(f"SELECT {NOTE_COLUMNS} FROM notes WHERE owner_id = ANY (%s) AND id = ANY (%s)",
+                                [owners, wanted]).fetchall()
+            found = {n.id: n for n in self._from_rows(conn, rows)}
         return [found[i] for i in wanted if i in found]
 
     def all_notes(self, owner_id: int) -> list[Note]:
@@ -149,6 +156,12 @@ class PgNoteRows:
             expression, values = compile_filter(where, "postgres")
             sql, args = f"{sql} AND ({expression})", [*args, *values]
         return sql, args
+
+    def group_ids(self, identity_id: int) -> list[int]:
+        """Ids of the groups a person is a member of, oldest first (what a search reaches)."""
+        with self.transaction([identity_id]) as conn:
+            return [r[0] for r in conn.execute("SELECT group_id FROM members WHERE identity_id = %s "
+                                               "ORDER BY group_id", [int(identity_id)])]
 
     def hidden_notes(self, people: Sequence[int], owners: Sequence[int]) -> set[int]:
         """Ids of the notes of `owners` (groups) hidden from any of `people`."""

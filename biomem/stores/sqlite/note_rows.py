@@ -112,9 +112,15 @@ class NoteRows:
 
     def get_notes(self, owner_id: int, note_ids: Iterable[int]) -> list[Note]:
         """Notes of `owner_id` among `note_ids`, in the given order (others are skipped)."""
-        wanted = [int(i) for i in note_ids]
+        return self.get_notes_among([owner_id], note_ids)
+
+    def get_notes_among(self, owners: Sequence[int], note_ids: Iterable[int]) -> list[Note]:
+        """Notes of any of `owners` among `note_ids`, in the given order (others are skipped): one read for a
+        search's hits in several partitions."""
+        wanted, owners = [int(i) for i in note_ids], [int(o) for o in owners]
         if not wanted:
             return []
+        owned = ", ".join("?" * len(owners))
         with self.lock:
             rows = {}
             for start in range(0, len(wanted), 500):
@@ -122,8 +128,8 @@ class NoteRows:
                 marks = ",".join("?" * len(chunk))
                 for row in self.db.execute(
                         f"SELECT {NOTE_COLUMNS} FROM notes "
-                        f"WHERE +owner_id = ? AND id IN ({marks})",  # '+': look up by id, then check
-                        [int(owner_id), *chunk]):
+                        f"WHERE +owner_id IN ({owned}) AND id IN ({marks})",  # '+': look up by id, then check
+                        [*owners, *chunk]):
                     rows[row[0]] = row
             found = {n.id: n for n in self._from_rows(list(rows.values()))}
         return [found[i] for i in wanted if i in found]
@@ -175,6 +181,12 @@ class NoteRows:
             expression, values = compile_filter(where, "sqlite")
             sql, args = f"{sql} AND ({expression})", [*args, *values]
         return sql, args
+
+    def group_ids(self, identity_id: int) -> list[int]:
+        """Ids of the groups a person is a member of, oldest first (what a search reaches)."""
+        with self.lock:
+            return [r[0] for r in self.db.execute("SELECT group_id FROM members WHERE identity_id = ? "
+                                                  "ORDER BY group_id", [int(identity_id)])]
 
     def hidden_notes(self, people: Sequence[int], owners: Sequence[int]) -> set[int]:
         """Ids of the notes of `owners` (groups) hidden from any of `people`."""

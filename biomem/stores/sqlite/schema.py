@@ -55,6 +55,9 @@ CREATE TABLE IF NOT EXISTS notes (
 );
 CREATE INDEX IF NOT EXISTS notes_by_owner ON notes(owner_id, timestamp);
 CREATE INDEX IF NOT EXISTS notes_by_author ON notes(author_id);
+-- every column a filter reads (biomem.stores.filters), so a filtered search reads this index, not the rows
+-- with their inline embeddings (1.5 KB each): 0.17-0.20 ms per partition at 1M notes without it
+CREATE INDEX IF NOT EXISTS notes_filtered ON notes(owner_id, author_id, timestamp, tags, keywords, metadata);
 -- a group's note that some of its members never retrieve ("everyone but Chloe")
 CREATE TABLE IF NOT EXISTS hidden (
     owner_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
