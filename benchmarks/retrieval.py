@@ -836,7 +836,7 @@ def household_breakdown(mems: dict[str, BioMemory], data: dict[str, HouseholdSto
                         layout_of: dict[str, str], below_of: dict[str, int | None], people: np.ndarray,
                         query_vecs: np.ndarray, probes: np.ndarray) -> dict[str, Any]:
     """Where a search's time goes, each part timed on its own over the same queries, back to back: the gate
-    (identify), the reach (groups_of + hidden_notes), search_as (reach, rank in each partition, filter, fetch),
+    (identify), the reach (group ids + hidden_notes), search_as (reach, rank in each partition, filter, fetch),
     and the store statements a grouped or filtered search adds, one by one."""
     from biomem.stores.filters import parse_filters
 
