@@ -172,6 +172,43 @@ def machine_info_here() -> dict[str, Any]:
 
 # ---- part 1: gated search ---------------------------------------------------------------------
 
+
+
+def profiled(mem: Any, query_vecs: np.ndarray, probes: np.ndarray, **search: Any) -> str:
+    """cProfile's 25 costliest functions (own time) over one gated search per query."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for vector, probe in zip(query_vecs, probes):
+        mem.search(vector, probe=Probe(probe, MODALITY), k=K, **search)
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
+    return buf.getvalue()
+
+class Batched:
+    """One store transaction per `every` notes (the store's own calls join it as nested transactions): a bulk
+    load without a commit per call, and without one transaction the size of the store."""
+
+    def __init__(self, store: Any, every: int = 100_000) -> None:
+        self.store, self.every, self.count = store, every, 0
+
+    def __enter__(self) -> Batched:
+        self.tx = self.store.transaction()
+        self.tx.__enter__()
+        return self
+
+    def added(self, notes: int) -> None:
+        """Count `notes` more; commit and begin the next transaction past `every`."""
+        self.count += notes
+        if self.count >= self.every:
+            self.tx.__exit__(None, None, None)
+            self.tx = self.store.transaction()
+            self.tx.__enter__()
+            self.count = 0
+
+    def __exit__(self, *exc: Any) -> None:
+        self.tx.__exit__(*exc)
+
 class SyntheticStore:
     """A store of `n_notes` random notes spread evenly over `n_ids` identities, plus the
     in-memory copies the baseline and the brute-force reference need."""
@@ -193,10 +230,7 @@ class SyntheticStore:
         start = datetime(2023, 1, 1)
         self.stamps = [(start + timedelta(minutes=k)).isoformat() for k in range(int(counts.max()))]
         store = Store(path)
-        tx_notes = 0
-        tx = store.transaction()
-        tx.__enter__()  # one transaction per ~100k notes: Store's nested transactions join it
-        try:
+        with Batched(store) as batch:
             for j in range(n_ids):
                 s, c = int(self.starts[j]), int(counts[j])
                 vectors = unit_rows(rng, c, TEXT_DIM)
@@ -205,16 +239,7 @@ class SyntheticStore:
                 self.owner_ids[j] = identity.id
                 ids, _ = store.insert_notes(identity.id, self.notes_for(j), vectors)
                 self.note_ids[s:s + c] = ids
-                tx_notes += c
-                if tx_notes >= 100_000:
-                    tx.__exit__(None, None, None)
-                    tx = store.transaction()
-                    tx.__enter__()
-                    tx_notes = 0
-        except BaseException:
-            tx.__exit__(*sys.exc_info())
-            raise
-        tx.__exit__(None, None, None)
+                batch.added(c)
         store.close()
         self.build_s = time.perf_counter() - t0
         # b_i of the paper: the owner's template copied onto every note (N x 128)
@@ -380,15 +405,7 @@ def run_rung(n_notes: int, n_ids: int, *, encoder: TextEncoder, queries: int, se
 
     profiles = {}
     for mode in ("exact", "hnsw") if profile else ():
-        prof = cProfile.Profile()
-        mem = mems[mode]
-        prof.enable()
-        for i in range(queries):
-            mem.search(query_vecs[i], probe=Probe(probes[i], MODALITY), k=K)
-        prof.disable()
-        buf = io.StringIO()
-        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
-        profiles[mode] = buf.getvalue()
+        profiles[mode] = profiled(mems[mode], query_vecs[:queries], probes[:queries])
         print(f"\n### cProfile, {mode} gated search, {n_notes:,} notes / {n_ids:,} identities, "
               f"{queries} searches\n\n```\n{profiles[mode]}```\n", flush=True)
 
@@ -604,10 +621,7 @@ class HouseholdStore:
             store.ensure_vector_index(TEXT_DIM, hnsw=False)  # types the column; exact scans, no graph
         else:
             store = Store(location)
-        tx_notes = 0
-        tx = store.transaction()
-        tx.__enter__()  # one transaction per ~100k notes: Store's nested transactions join it
-        try:
+        with Batched(store) as batch:
             for j in range(n_people):
                 self.person_ids[j] = store.add_identity(f"person-{j:05d}", MODALITY, self.templates[j:j + 1]).id
             for h in range(self.n_groups):
@@ -638,16 +652,7 @@ class HouseholdStore:
                 owner = int(self.group_ids[o - n_people]) if group else int(self.person_ids[o])
                 ids, _ = store.insert_notes(owner, notes, vectors)
                 self.note_ids[s:s + c] = ids
-                tx_notes += c
-                if tx_notes >= 100_000:
-                    tx.__exit__(None, None, None)
-                    tx = store.transaction()
-                    tx.__enter__()
-                    tx_notes = 0
-        except BaseException:
-            tx.__exit__(*sys.exc_info())
-            raise
-        tx.__exit__(None, None, None)
+                batch.added(c)
         store.close()
         if postgres:
             import psycopg
@@ -787,15 +792,8 @@ def run_household_rung(n_notes: int, n_people: int, *, encoder: TextEncoder, que
     breakdown = household_breakdown(mems, data, names, layout_of, below_of, people, query_vecs, probes)
     profiles = {}
     for name in ("grouped", "grouped_f10") if profile else ():
-        prof = cProfile.Profile()
-        mem, where = mems[layout_of[name]], household_filter(below_of[name])
-        prof.enable()
-        for i in range(queries):
-            mem.search(query_vecs[i], probe=Probe(probes[i], MODALITY), k=K, filters=where)
-        prof.disable()
-        buf = io.StringIO()
-        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
-        profiles[name] = buf.getvalue()
+        profiles[name] = profiled(mems[layout_of[name]], query_vecs[:queries], probes[:queries],
+                                  filters=household_filter(below_of[name]))
         print(f"\n### cProfile, {name}, {n_notes:,} notes / {n_people:,} people, {queries} searches\n\n"
               f"```\n{profiles[name]}```\n", flush=True)
     for mem in mems.values():

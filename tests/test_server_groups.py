@@ -24,6 +24,7 @@ from biomem.errors import AuthenticationError, GroupNotFoundError, InvalidInputE
 from biomem.server import create_app, served
 
 from .conftest import create_database, drop_database
+from .test_server import error_of
 
 ANA, BEN, CHLOE, DANA, STRANGER = 0, 1, 2, 3, 6  # demo_capture() people; Dana joins no household of these tests
 SESSION = "X-Biomem-Session"
@@ -75,15 +76,6 @@ def house(request, tmp_path_factory, text_encoder, face_encoder):
         yield SimpleNamespace(mem=mem, ids=ids, call=call, bm=bm, admin=admin, fresh=fresh, clear=clear,
                               png={p: png(image) for p, image in clear.items()})
     mem.close()
-
-
-def error_of(response: httpx.Response, status: int, kind: str) -> dict:
-    """The JSON error of `response`, checked: status, type, a title and message, no internals."""
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert error["type"] == kind and error["title"] and error["message"]
-    assert not any(leak in response.text for leak in ("Traceback", ".py", "/tmp", "/root", "/work"))
-    return error
 
 
 def found(house, person: int, query: str, **fields) -> list[dict]:

@@ -15,27 +15,17 @@ from typing import Any
 from .locomo_data import default_cache_dir
 
 
-def add_locomo_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `biomem eval locomo`."""
+def add_common_arguments(parser: argparse.ArgumentParser, *, bio_help: str, out: str, out_help: str) -> None:
+    """The options `biomem eval locomo` and `biomem eval households` share: data, identities, gate, sample."""
     parser.add_argument("--data", type=Path, default=None,
                         help="locomo10.json (downloaded there when absent; default: in --cache-dir)")
-    parser.add_argument("--protocol", default="paper", choices=["paper", "amem"],
-                        help="paper: the seed paper's (categories 1, 2, 4, macro average; default); amem: A-Mem's "
-                             "own evaluation choices (turn text, dates, query keywords, links, 5 categories, "
-                             "its answer prompts, micro average); see biomem.eval.protocols")
-    parser.add_argument("--query", default=None, choices=["question", "keywords"],
-                        help="retrieve with the question or the LLM's query keywords (default: the protocol's)")
-    parser.add_argument("--links", type=int, default=None,
-                        help="linked notes followed per hit (default: the protocol's, paper 0, amem k)")
-    parser.add_argument("--bio", default="palmsynth",
-                        help="palmsynth | faces | folder:DIR | embeddings:FILE (default palmsynth)")
+    parser.add_argument("--bio", default="palmsynth", help=bio_help)
     parser.add_argument("--encoder", default=None,
                         help="biometric encoder (palmsynth: palm-compcode or palm-ccnet; faces, folder: "
                              "face-arcface-s)")
     parser.add_argument("--tau", type=float, default=None, help="gate threshold (default: the encoder's)")
     parser.add_argument("--policy", default="all", choices=["all", "best"],
                         help="gate policy: all = the paper's rule, every identity at or above τ (default)")
-    parser.add_argument("--llm", default="offline", help="answers: offline | openai:<model> | hf:<model-id>")
     parser.add_argument("--ingest-llm", default="offline", help="note construction at ingestion (default offline)")
     parser.add_argument("--text-model", default=None, help="sentence encoder (default all-MiniLM-L6-v2)")
     parser.add_argument("--sample", type=float, default=1.0,
@@ -50,35 +40,31 @@ def add_locomo_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch threads for the text encoder (default 1: on the shared 2-core machine "
                              "two threads ran ~10x slower under load)")
     parser.add_argument("--cache-dir", type=Path, default=None, help=f"default {default_cache_dir()}")
-    parser.add_argument("--out", type=Path, default=Path("locomo_eval"),
-                        help="folder for results.md, records.json and chart.png (default ./locomo_eval)")
+    parser.add_argument("--out", type=Path, default=Path(out), help=out_help)
+
+
+def add_locomo_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `biomem eval locomo`."""
+    add_common_arguments(parser, bio_help="palmsynth | faces | folder:DIR | embeddings:FILE (default palmsynth)",
+                         out="locomo_eval",
+                         out_help="folder for results.md, records.json and chart.png (default ./locomo_eval)")
+    parser.add_argument("--protocol", default="paper", choices=["paper", "amem"],
+                        help="paper: the seed paper's (categories 1, 2, 4, macro average; default); amem: A-Mem's "
+                             "own evaluation choices (turn text, dates, query keywords, links, 5 categories, "
+                             "its answer prompts, micro average); see biomem.eval.protocols")
+    parser.add_argument("--query", default=None, choices=["question", "keywords"],
+                        help="retrieve with the question or the LLM's query keywords (default: the protocol's)")
+    parser.add_argument("--links", type=int, default=None,
+                        help="linked notes followed per hit (default: the protocol's, paper 0, amem k)")
+    parser.add_argument("--llm", default="offline", help="answers: offline | openai:<model> | hf:<model-id>")
 
 
 def add_households_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `biomem eval households` (biomem.eval.households)."""
-    parser.add_argument("--data", type=Path, default=None,
-                        help="locomo10.json (downloaded there when absent; default: in --cache-dir)")
-    parser.add_argument("--bio", default="palmsynth",
-                        help="palmsynth | faces | folder:DIR | embeddings:FILE (default palmsynth); two "
-                             "identities per conversation: faces allows 8 conversations")
-    parser.add_argument("--encoder", default=None, help="biometric encoder (as for `biomem eval locomo`)")
-    parser.add_argument("--tau", type=float, default=None, help="gate threshold (default: the encoder's)")
-    parser.add_argument("--policy", default="all", choices=["all", "best"],
-                        help="gate policy: all = the paper's rule, every identity at or above τ (default)")
-    parser.add_argument("--ingest-llm", default="offline", help="note construction at ingestion (default offline)")
-    parser.add_argument("--text-model", default=None, help="sentence encoder (default all-MiniLM-L6-v2)")
-    parser.add_argument("--sample", type=float, default=1.0,
-                        help="fraction of questions, stratified per category and seeded (default 1: all)")
-    parser.add_argument("--seed", type=int, default=0, help="question sample and palm seeds (default 0)")
-    parser.add_argument("-k", type=int, default=10, help="notes retrieved per question (default 10)")
-    parser.add_argument("--conversations", type=int, default=None, help="use the first N conversations")
-    parser.add_argument("--max-turns", type=int, default=None,
-                        help="ingest the first N turns of each conversation and keep only questions whose "
-                             "evidence lies in them")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads for the text encoder (default 1)")
-    parser.add_argument("--cache-dir", type=Path, default=None, help=f"default {default_cache_dir()}")
-    parser.add_argument("--out", type=Path, default=Path("households_eval"),
-                        help="folder for results.md and records.json (default ./households_eval)")
+    add_common_arguments(parser, bio_help="palmsynth | faces | folder:DIR | embeddings:FILE (default palmsynth); "
+                                          "two identities per conversation: faces allows 8 conversations",
+                         out="households_eval",
+                         out_help="folder for results.md and records.json (default ./households_eval)")
 
 
 def add_eval_parser(commands: Any) -> None:

@@ -24,7 +24,6 @@ one text encoder that embeds each distinct string once, so the second layout cos
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 import time
@@ -39,16 +38,11 @@ from biomem.errors import InvalidInputError
 from biomem.notes.textenc import TextEncoder
 
 from .biosources import BioSet, load_source, non_owner
-from .locomo import Ingested, MemoTextEncoder, ingest
+from .locomo import Ingested, MemoTextEncoder, ingest, load_conversations, run_and_write
 from .locomo_data import (
     Conversation,
     Question,
-    default_cache_dir,
-    ensure_data,
-    file_sha256,
-    load_locomo,
     sample_questions,
-    trim,
 )
 from .metrics import evidence_recall, percent
 from .protocols import PaperProtocol
@@ -221,15 +215,8 @@ def markdown(summary: dict[str, Any], config: dict[str, Any], timings: dict[str,
 def evaluate(args: argparse.Namespace, text: TextEncoder | None = None) -> dict[str, Any]:
     """Ingest both layouts (cached), enrol on copies, ask every sampled question in every role, score."""
     wall = time.perf_counter()
-    if not 0.0 < args.sample <= 1.0:
-        raise InvalidInputError(f"--sample must lie in (0, 1], got {args.sample}")
-    cache_dir = args.cache_dir or default_cache_dir()
-    data = ensure_data(args.data or cache_dir / "locomo10.json")
-    data_sha256 = file_sha256(data)
-    conversations = [trim(c, args.max_turns) for c in load_locomo(data)[:args.conversations]]
+    conversations, data, data_sha256, cache_dir = load_conversations(args)
     n = len(conversations)
-    if n < 2:
-        raise InvalidInputError("the check needs at least 2 conversations: a non-member is in another household")
     start = time.perf_counter()
     bio = load_source(args.bio, 2 * n, encoder=args.encoder, tau=args.tau, seed=args.seed)
     enrol_s = time.perf_counter() - start
@@ -279,15 +266,4 @@ def evaluate(args: argparse.Namespace, text: TextEncoder | None = None) -> dict[
 
 def run(args: argparse.Namespace, text: TextEncoder | None = None) -> dict[str, Any]:
     """Evaluate with --threads torch threads (restored afterwards); write results.md and records.json."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(args.threads)
-    try:
-        results = evaluate(args, text)
-    finally:
-        torch.set_num_threads(threads)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "records.json").write_text(json.dumps(results, indent=1, ensure_ascii=False, default=str))
-    (args.out / "results.md").write_text(markdown(results["summary"], results["config"], results["timings"]))
-    return results
+    return run_and_write(args, evaluate, markdown, text)

@@ -21,7 +21,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -237,6 +237,15 @@ def run(args: argparse.Namespace, text: TextEncoder | None = None) -> dict[str, 
 
     `text`: an already loaded text encoder to reuse (tests); default TextEncoder(--text-model).
     """
+    results = run_and_write(args, evaluate, markdown, text)
+    bar_chart(results["summary"], results["config"], args.out / "chart.png")
+    return results
+
+
+def run_and_write(args: argparse.Namespace, evaluate: Callable[..., dict[str, Any]],
+                  markdown: Callable[..., str], text: TextEncoder | None) -> dict[str, Any]:
+    """`evaluate(args, text)` with --threads torch threads (restored afterwards); its records.json and
+    results.md (`markdown` of its summary, config and timings) written to --out."""
     import torch
 
     threads = torch.get_num_threads()
@@ -248,8 +257,22 @@ def run(args: argparse.Namespace, text: TextEncoder | None = None) -> dict[str, 
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "records.json").write_text(json.dumps(results, indent=1, ensure_ascii=False, default=str))
     (args.out / "results.md").write_text(markdown(results["summary"], results["config"], results["timings"]))
-    bar_chart(results["summary"], results["config"], args.out / "chart.png")
     return results
+
+
+def load_conversations(args: argparse.Namespace) -> tuple[list[Conversation], Path, str, Path]:
+    """The conversations --data, --conversations and --max-turns select, the data file, its SHA-256 and the
+    cache folder; InvalidInputError for a bad --sample or fewer than 2 conversations (the other one is
+    where a non-owner comes from)."""
+    if not 0.0 < args.sample <= 1.0:
+        raise InvalidInputError(f"--sample must lie in (0, 1], got {args.sample}")
+    cache_dir = args.cache_dir or default_cache_dir()
+    data = ensure_data(args.data or cache_dir / "locomo10.json")
+    conversations = [trim(c, args.max_turns) for c in load_locomo(data)[:args.conversations]]
+    if len(conversations) < 2:
+        raise InvalidInputError("LoCoMo under the gate needs at least 2 conversations: a non-owner is another "
+                                "conversation's person")
+    return conversations, data, file_sha256(data), cache_dir
 
 
 def evaluate(args: argparse.Namespace, text: TextEncoder | None) -> dict[str, Any]:
@@ -257,14 +280,7 @@ def evaluate(args: argparse.Namespace, text: TextEncoder | None) -> dict[str, An
     from biomem import BioMemory
 
     wall = time.perf_counter()
-    if not 0.0 < args.sample <= 1.0:
-        raise InvalidInputError(f"--sample must lie in (0, 1], got {args.sample}")
-    cache_dir = args.cache_dir or default_cache_dir()
-    data = ensure_data(args.data or cache_dir / "locomo10.json")
-    data_sha256 = file_sha256(data)
-    conversations = [trim(c, args.max_turns) for c in load_locomo(data)[:args.conversations]]
-    if len(conversations) < 2:
-        raise InvalidInputError("the protocol needs at least 2 conversations: a non-owner is another identity")
+    conversations, data, data_sha256, cache_dir = load_conversations(args)
     start = time.perf_counter()
     bio = load_source(args.bio, len(conversations), encoder=args.encoder, tau=args.tau, seed=args.seed)
     enrol_s = time.perf_counter() - start
