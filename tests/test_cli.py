@@ -83,6 +83,8 @@ def test_a_household_from_the_command_line(tmp_path, images, capsys):
     assert code == 2 and "InvalidInputError: not JSON" in err
     code, out, _ = run(capsys, *db, "group", "list", "--identity", "2")
     assert [g["label"] for g in json.loads(out)] == ["Home"]
+    stats = json.loads(run(capsys, *db, "stats")[1])
+    assert (stats["identities"], stats["groups"]) == (2, 1) and list(stats["per_group"]) == [f"{home['id']}: Home"]
     code, out, _ = run(capsys, *db, "group", "leave", str(home["id"]), "2", "--operator")
     assert code == 0 and json.loads(out)["members"] == [1]
     code, out, _ = run(capsys, *db, "search", "wifi password", "--probe", images["bob_later"])

@@ -221,6 +221,7 @@ def test_migrate_copies_sqlite_to_postgresql_and_back_with_every_row_checked(tmp
     moved = memory(url, text_encoder)
     assert moved.search("my PIN", probe=probe(1), k=1).notes[0][0].content == "My PIN is 1234"  # templates open
     assert moved.store.counts()["links"] > 0 and moved.store.note_total() == 6
+    assert (moved.store.counts()["identities"], moved.store.counts()["groups"]) == (3, 1)  # people, households
     party = moved.search("surprise party", probe=probe(2), k=10).notes
     assert "Chloe's surprise party is on Saturday" in [n.content for n, _ in party]  # the household moved
     assert "Chloe's surprise party is on Saturday" not in [n.content for n, _ in

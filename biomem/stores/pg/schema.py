@@ -212,6 +212,14 @@ ALTER TABLE biomem.hidden ENABLE ROW LEVEL SECURITY;
 CREATE POLICY owner_rows ON biomem.hidden USING (owner_id = ANY (biomem.admitted()))
     WITH CHECK (owner_id = ANY (biomem.admitted()));
 GRANT SELECT, INSERT, UPDATE, DELETE ON biomem.members, biomem.hidden TO {APP_ROLE};
+-- the operator's counts tell people from households (the SQLite store's counts() does the same)
+CREATE OR REPLACE FUNCTION biomem.row_counts() RETURNS TABLE (name text, n bigint)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = biomem, pg_temp AS
+$$ SELECT 'identities', count(*) FROM biomem.identities WHERE kind = 'person'
+   UNION ALL SELECT 'groups', count(*) FROM biomem.identities WHERE kind = 'group'
+   UNION ALL SELECT 'templates', count(*) FROM biomem.templates
+   UNION ALL SELECT 'notes', count(*) FROM biomem.notes UNION ALL SELECT 'links', count(*) FROM biomem.links
+   UNION ALL SELECT 'history', count(*) FROM biomem.history $$;
 """
 
 # version -> the script that brings the previous version to it. A new store runs them all.

@@ -432,5 +432,8 @@ class Store(NoteRows, SealedTemplates):
                 db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", [table, floor])
 
     def counts(self) -> dict[str, int]:
+        """Rows per table, people and households apart (the operator's stats)."""
         with self.lock:
-            return {t: self.db[t].count for t in ("identities", "templates", "notes", "links", "history")}
+            kinds = dict(self.db.execute("SELECT kind, count(*) FROM identities GROUP BY kind").fetchall())
+            return {"identities": kinds.get("person", 0), "groups": kinds.get("group", 0),
+                    **{t: self.db[t].count for t in ("templates", "notes", "links", "history")}}
