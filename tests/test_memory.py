@@ -24,6 +24,8 @@ from biomem import (
 from biomem.errors import TooManyAttemptsError
 from biomem.identity.samples import group_photo_path
 from biomem.notes.llm import NO_MEMORY_ANSWER, NOT_MENTIONED, Evolution, OfflineLLM
+from biomem.stores.pg.schema import SCHEMA_VERSION as PG_VERSION
+from biomem.stores.sqlite.schema import SCHEMA_VERSION as SQLITE_VERSION
 from biomem.vocabulary import AttemptLimits
 
 from .conftest import ALICE, BOB, BOTH_STORES, STRANGER
@@ -612,6 +614,13 @@ V4_SQLITE = {
     before TEXT,
     after TEXT,
     at TEXT NOT NULL)"""),
+    "thresholds": ("modality, tau, source, tau_strict, strict_source, updated", """CREATE TABLE thresholds (
+    modality TEXT PRIMARY KEY,
+    tau REAL,
+    source TEXT,
+    tau_strict REAL,
+    strict_source TEXT,
+    updated TEXT NOT NULL)"""),
 }
 V4_SQLITE_EXTRAS = (
     "CREATE INDEX notes_by_owner ON notes(owner_id, timestamp)",
@@ -623,12 +632,13 @@ V4_SQLITE_EXTRAS = (
 )
 V4_POSTGRES = ("DROP TABLE hidden", "DROP TABLE members", "ALTER TABLE identities DROP COLUMN kind CASCADE",
                "ALTER TABLE notes DROP COLUMN author_id CASCADE, DROP COLUMN metadata CASCADE",
-               "ALTER TABLE history DROP COLUMN actor_id CASCADE")
+               "ALTER TABLE history DROP COLUMN actor_id CASCADE, DROP COLUMN cause_id CASCADE",
+               "ALTER TABLE thresholds DROP COLUMN delta, DROP COLUMN delta_source")
 # every row an older store holds, by the columns it had, in key order
 OLD_ROWS = {"identities": ("id", V4_SQLITE["identities"][0]), "templates": ("id", "*"),
             "notes": ("id", V4_SQLITE["notes"][0].replace("embedding", "embedding::text")),
             "links": ("source_id, target_id", "*"), "history": ("id", V4_SQLITE["history"][0]),
-            "thresholds": ("modality", "*"), "api_keys": ("id", "*")}
+            "thresholds": ("modality", V4_SQLITE["thresholds"][0]), "api_keys": ("id", "*")}
 
 
 def run_as_owner(backend: str, location, statements, query: bool = False):
@@ -679,8 +689,8 @@ def table_columns(backend: str, location) -> dict[str, list[str]]:
 def test_an_older_store_is_upgraded_to_groups_keeping_every_row(family, database, backend, capture, make_memory,
                                                               old_version, text_encoder, face_encoder):
     """A store of version 4 (no groups: no kind, author, metadata or actor columns, no members or hidden
-    tables), or of version 3 (no attempt tables either), opens as version 5 with every row as it was, and
-    households work on it."""
+    tables, no ambiguity margin or evolution cause columns), or of version 3 (no attempt tables either), opens as
+    the current version with every row as it was, and households work on it."""
     mem, alice, bob = family
     note = mem.get_all(probe=capture(ALICE, 2))[0]
     mem.update(note.id, "My PIN is now 4321", probe=capture(ALICE, 3))  # history beyond "add"
@@ -707,7 +717,7 @@ def test_an_older_store_is_upgraded_to_groups_keeping_every_row(family, database
     assert len(before["notes"]) == notes and len(before["links"]) == 1 and len(before["history"]) == 5
 
     again = BioMemory(location, text_model=text_encoder, encoder=face_encoder, limits="1/60/30")
-    assert again.store.get_meta("schema_version") == "5"
+    assert again.store.get_meta("schema_version") == str(SQLITE_VERSION if backend == "sqlite" else PG_VERSION)
     assert old_rows(backend, location) == before
     assert (again.store.note_total(), len(again.identities())) == (notes, identities)
     fresh = make_memory("fresh.db")

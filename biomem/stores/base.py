@@ -33,13 +33,16 @@ COLUMNS = {
               "metadata"),
     "hidden": ("owner_id", "note_id", "identity_id"),
     "links": ("owner_id", "source_id", "target_id"),
-    "history": ("id", "owner_id", "note_id", "event", "before", "after", "at", "actor_id"),
-    "thresholds": ("modality", "tau", "source", "tau_strict", "strict_source", "updated"),
+    "history": ("id", "owner_id", "note_id", "event", "before", "after", "at", "actor_id", "cause_id"),
+    "thresholds": ("modality", "tau", "source", "tau_strict", "strict_source", "updated", "delta", "delta_source"),
     "api_keys": ("id", "name", "role", "digest", "prefix", "created", "revoked"),
 }
 TABLES = tuple(COLUMNS)
 KEYS = {**{table: columns[0] for table, columns in COLUMNS.items()}, "links": "source_id, target_id",
         "members": "group_id, identity_id", "hidden": "note_id, identity_id"}
+# A stored threshold -> (its value column, its provenance column): τ, the step-up τ, the ambiguity margin δ.
+THRESHOLD_COLUMNS = {"tau": ("tau", "source"), "tau_strict": ("tau_strict", "strict_source"),
+                     "delta": ("delta", "delta_source")}
 # Tables whose ids come from a never-reused counter: a copy carries the counter over too.
 COUNTED = ("identities", "templates", "notes", "history", "api_keys")
 # Meta rows a store keeps by itself: a copy leaves them to the target.
@@ -90,7 +93,10 @@ class MemoryStore(Protocol):
     def set_meta(self, key: str, value: str) -> None: ...
     def threshold(self, modality: str, *, step_up: bool = False) -> tuple[float, str] | None: ...
     def calibrated(self) -> list[str]: ...
-    def set_threshold(self, modality: str, tau: float, source: str, *, step_up: bool = False) -> None: ...
+    def set_threshold(self, modality: str, tau: float, source: str, *, step_up: bool = False,
+                      column: str | None = None) -> None: ...
+    def margin(self, modality: str) -> tuple[float, str] | None: ...  # the gate's ambiguity margin δ
+    def set_margin(self, modality: str, delta: float, source: str) -> None: ...
     # attempt limits, over keyed digests of client keys (biomem.identity.limits.AttemptLimiter)
     def attempt_wait(self, clients: list[str], now: float) -> float: ...
     def attempt_miss(self, clients: list[str], now: float, limits: AttemptLimits,

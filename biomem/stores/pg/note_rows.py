@@ -195,7 +195,7 @@ class PgNoteRows:
         return ids, (np.stack([as_array(r[1]) for r in rows]) if rows else None), generation
 
     def update_note(self, owner_id: int, note_id: int, event: str, vector: np.ndarray | None = None,
-                    actor: int | None = None, **fields: Any) -> tuple[Note, int]:
+                    actor: int | None = None, cause: int | None = None, **fields: Any) -> tuple[Note, int]:
         """Change fields of an owned note and record before/after; returns it and the generation."""
         values = {k: json.dumps(v) if k in ("keywords", "tags") else v for k, v in fields.items()}
         if vector is not None:
@@ -208,7 +208,7 @@ class PgNoteRows:
             conn.execute(f"UPDATE notes SET {', '.join(f'{c} = %s' for c in values)} WHERE owner_id = %s AND id = %s",
                          [*values.values(), int(owner_id), int(note_id)])
             after = self.get_note(owner_id, note_id)
-            self._record(conn, owner_id, note_id, event, before.snapshot(), after.snapshot(), actor)
+            self._record(conn, owner_id, note_id, event, before.snapshot(), after.snapshot(), actor, cause)
             generation = self._bump_generation(conn, owner_id)
         return after, generation
 
@@ -229,11 +229,12 @@ class PgNoteRows:
 
     @staticmethod
     def _record(conn: psycopg.Connection, owner_id: int, note_id: int, event: str,
-                before: dict | None, after: dict | None, actor: int | None = None) -> None:
-        conn.execute("INSERT INTO history (owner_id, note_id, event, before, after, at, actor_id) "
-                     "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                before: dict | None, after: dict | None, actor: int | None = None,
+                cause: int | None = None) -> None:
+        conn.execute("INSERT INTO history (owner_id, note_id, event, before, after, at, actor_id, cause_id) "
+                     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
                      [owner_id, note_id, event, json.dumps(snapshot(before)) if before else None,
-                      json.dumps(snapshot(after)) if after else None, now_iso(), actor])
+                      json.dumps(snapshot(after)) if after else None, now_iso(), actor, cause])
 
     def add_links(self, owner_id: int, source_id: int, target_ids: Iterable[int]) -> None:
         """Link an owned note to other notes of the same owner (the foreign keys refuse others)."""

@@ -222,11 +222,19 @@ $$ SELECT 'identities', count(*) FROM biomem.identities WHERE kind = 'person'
    UNION ALL SELECT 'history', count(*) FROM biomem.history $$;
 """
 
+# Version 6: the gate's ambiguity margin δ per modality, and which note's evolution caused an "evolve" event.
+_V6 = """
+ALTER TABLE biomem.thresholds ADD COLUMN delta double precision, ADD COLUMN delta_source text;
+ALTER TABLE biomem.history ADD COLUMN cause_id bigint;  -- an "evolve" event: the note whose evolution wrote it
+CREATE INDEX history_by_cause ON biomem.history(owner_id, cause_id);
+"""
+
 # version -> the script that brings the previous version to it. A new store runs them all.
 MIGRATIONS: dict[int, str] = {
     2: _ROLE + _V2 + _V2_DEFINERS + _rls_and_grants(),
     3: _V3,
     4: _V4,  # attempt limits shared by every replica (biomem.identity.limits): client digests, never addresses
     5: _V5,  # groups (biomem.engine.households)
+    6: _V6,  # the ambiguity margin and evolution causes
 }
 SCHEMA_VERSION = max(MIGRATIONS)

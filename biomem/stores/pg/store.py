@@ -24,7 +24,7 @@ from ...errors import DuplicateLabelError, StoreCorruptError, UnknownIdentityErr
 from ...settings import Settings
 from ...vocabulary import AttemptLimits
 from ..attempts import record_misses
-from ..base import COLUMNS, KEYS, SealedTemplates, SearchIndex, without_password
+from ..base import COLUMNS, KEYS, THRESHOLD_COLUMNS, SealedTemplates, SearchIndex, without_password
 from ..groups import emptied_groups, erase_from_groups
 from ..records import GROUP_KEY_PREFIX, Group, Identity, check_id, metadata_json, now_iso
 from ..sealing import Sealer
@@ -218,14 +218,24 @@ class PostgresStore(PgNoteRows, SealedTemplates):
         with self.transaction() as conn:
             return [r[0] for r in conn.execute("SELECT modality FROM thresholds ORDER BY 1")]
 
-    def set_threshold(self, modality: str, tau: float, source: str, *, step_up: bool = False) -> None:
-        tau_column, source_column = ("tau_strict", "strict_source") if step_up else ("tau", "source")
+    def set_threshold(self, modality: str, tau: float, source: str, *, step_up: bool = False,
+                      column: str | None = None) -> None:
+        """Store τ (the step-up τ with `step_up`; `column="delta"`: the ambiguity margin) and its provenance."""
+        value, provenance = THRESHOLD_COLUMNS[column or ("tau_strict" if step_up else "tau")]
         with self.transaction() as conn:
-            conn.execute(f"INSERT INTO thresholds (modality, {tau_column}, {source_column}, updated) "
-                         f"VALUES (%s, %s, %s, %s) ON CONFLICT (modality) DO UPDATE SET {tau_column} = "
-                         f"excluded.{tau_column}, {source_column} = excluded.{source_column}, "
-                         "updated = excluded.updated",
+            conn.execute(f"INSERT INTO thresholds (modality, {value}, {provenance}, updated) "
+                         f"VALUES (%s, %s, %s, %s) ON CONFLICT (modality) DO UPDATE SET {value} = "
+                         f"excluded.{value}, {provenance} = excluded.{provenance}, updated = excluded.updated",
                          [modality, float(tau), source, now_iso()])
+
+    def margin(self, modality: str) -> tuple[float, str] | None:
+        """(δ, provenance) of the gate's ambiguity margin stored for `modality`, else None."""
+        with self.reading() as conn:
+            row = conn.execute("SELECT delta, delta_source FROM thresholds WHERE modality = %s", [modality]).fetchone()
+        return (float(row[0]), row[1]) if row and row[0] is not None else None
+
+    def set_margin(self, modality: str, delta: float, source: str) -> None:
+        self.set_threshold(modality, delta, source, column="delta")
 
     # identities and templates
     def add_identity(self, label: str, modality: str, templates: np.ndarray, *, sample: bool = False) -> Identity:

@@ -221,7 +221,7 @@ class NoteRows:
         return ids, matrix, generation
 
     def update_note(self, owner_id: int, note_id: int, event: str, vector: np.ndarray | None = None,
-                    actor: int | None = None, **fields: Any) -> tuple[Note, int]:
+                    actor: int | None = None, cause: int | None = None, **fields: Any) -> tuple[Note, int]:
         """Change fields of an owned note and record before/after; returns it and the generation."""
         with self.transaction() as db:
             before = self.get_note(owner_id, note_id)
@@ -235,7 +235,7 @@ class NoteRows:
             db.execute(f"UPDATE notes SET {assignments} WHERE id = ? AND owner_id = ?",
                        [*values.values(), int(note_id), int(owner_id)])
             after = self.get_note(owner_id, note_id)
-            self._record(db, owner_id, note_id, event, before.snapshot(), after.snapshot(), actor)
+            self._record(db, owner_id, note_id, event, before.snapshot(), after.snapshot(), actor, cause)
             generation = self._bump_generation(db, owner_id)
         return after, generation
 
@@ -255,11 +255,12 @@ class NoteRows:
 
     @staticmethod
     def _record(db: sqlite_utils.Database, owner_id: int, note_id: int, event: str,
-                before: dict | None, after: dict | None, actor: int | None = None) -> None:
-        db.execute("INSERT INTO history (owner_id, note_id, event, before, after, at, actor_id) "
-                   "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                before: dict | None, after: dict | None, actor: int | None = None,
+                cause: int | None = None) -> None:
+        db.execute("INSERT INTO history (owner_id, note_id, event, before, after, at, actor_id, cause_id) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                    [owner_id, note_id, event, json.dumps(snapshot(before)) if before else None,
-                    json.dumps(snapshot(after)) if after else None, now_iso(), actor])
+                    json.dumps(snapshot(after)) if after else None, now_iso(), actor, cause])
 
     def add_links(self, owner_id: int, source_id: int, target_ids: Iterable[int]) -> None:
         """Link an owned note to other notes of the same owner (the trigger refuses others)."""

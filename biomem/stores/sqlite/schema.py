@@ -1,10 +1,10 @@
-"""The SQLite schema of the store, version 5, as one script and as the statements it runs."""
+"""The SQLite schema of the store, version 6, as one script and as the statements it runs."""
 
 from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # Version 2: ids are AUTOINCREMENT (never reused, so nothing keyed by an id can reach a later
 # person), labels are unique case-insensitively, templates are sealed, thresholds carry a
@@ -13,6 +13,8 @@ SCHEMA_VERSION = 5
 # Version 4: attempt limits (biomem.identity.limits) in the store, shared by every process serving it.
 # Version 5: groups (households) own notes as people do: identities.kind, members, notes' author and
 # metadata, notes hidden from some members, and who made each history event (V5_COLUMNS on upgrade).
+# Version 6: the gate's ambiguity margin δ per modality beside τ, and which note's evolution caused an
+# "evolve" event (so deleting or rewriting that note undoes what it wrote into its neighbours) (V6_COLUMNS).
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS identities (
@@ -93,16 +95,20 @@ CREATE TABLE IF NOT EXISTS history (
     before TEXT,
     after TEXT,
     at TEXT NOT NULL,
-    actor_id INTEGER  -- who made the change (NULL: the operator, or the LLM's evolution)
+    actor_id INTEGER,  -- who made the change (NULL: the operator, or the LLM's evolution)
+    cause_id INTEGER  -- an "evolve" event: the note whose evolution wrote it
 );
 CREATE INDEX IF NOT EXISTS history_by_note ON history(owner_id, note_id);
+CREATE INDEX IF NOT EXISTS history_by_cause ON history(owner_id, cause_id);
 CREATE TABLE IF NOT EXISTS thresholds (
     modality TEXT PRIMARY KEY,
     tau REAL,  -- the gate's τ
     source TEXT,
     tau_strict REAL,  -- step-up τ (lower false-match rate) for destructive or broad actions
     strict_source TEXT,
-    updated TEXT NOT NULL
+    updated TEXT NOT NULL,
+    delta REAL,  -- ambiguity margin: nobody is admitted when the runner-up is within δ of the best
+    delta_source TEXT
 );
 CREATE TABLE IF NOT EXISTS api_keys (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -133,6 +139,12 @@ V5_COLUMNS = (
     "ALTER TABLE notes ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'",
     "ALTER TABLE history ADD COLUMN actor_id INTEGER",
     "UPDATE notes SET author_id = owner_id",
+)
+
+V6_COLUMNS = (
+    "ALTER TABLE thresholds ADD COLUMN delta REAL",
+    "ALTER TABLE thresholds ADD COLUMN delta_source TEXT",
+    "ALTER TABLE history ADD COLUMN cause_id INTEGER",
 )
 
 

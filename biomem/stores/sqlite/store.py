@@ -27,14 +27,14 @@ from ...errors import DuplicateLabelError, ForgetIncompleteError, StoreCorruptEr
 from ...settings import Settings
 from ...vocabulary import AttemptLimits
 from ..attempts import record_misses
-from ..base import COLUMNS, KEYS, SealedTemplates, SearchIndex
+from ..base import COLUMNS, KEYS, THRESHOLD_COLUMNS, SealedTemplates, SearchIndex
 from ..groups import emptied_groups, erase_from_groups
 from ..partitions import HNSW_THRESHOLD, Partitions
 from ..records import GROUP_KEY_PREFIX, Group, Identity, check_id, now_iso
 from ..sealing import Sealer
 from .migrations import migrate_1_to_2
 from .note_rows import NoteRows
-from .schema import SCHEMA, SCHEMA_VERSION, V5_COLUMNS, statements
+from .schema import SCHEMA, SCHEMA_VERSION, V5_COLUMNS, V6_COLUMNS, statements
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +96,9 @@ class Store(NoteRows, SealedTemplates):
     def _migrate(self, version: int) -> None:
         """Upgrade in one transaction (foreign keys off while tables are rebuilt), then compact.
         1 → 2 rebuilds every table (see biomem.stores.sqlite.migrations); 2 → 3 adds the api_keys table, 3 → 4
-        the attempt-limit tables, 4 → 5 groups (V5_COLUMNS, then the new tables)."""
-        if version not in (1, 2, 3, 4):
+        the attempt-limit tables, 4 → 5 groups (V5_COLUMNS, then the new tables), 5 → 6 the ambiguity margin and
+        evolution causes (V6_COLUMNS)."""
+        if version not in (1, 2, 3, 4, 5):
             raise StoreCorruptError(f"{self.path} has schema version {version}: no migration from it")
         with self.lock:
             self.db.execute("PRAGMA foreign_keys=OFF")
@@ -107,7 +108,7 @@ class Store(NoteRows, SealedTemplates):
                         migrate_1_to_2(db.conn, self._create_schema, self._seal_row)
                         db.execute(V5_COLUMNS[-1])  # the rebuilt notes have the author column: fill it
                     else:
-                        for statement in V5_COLUMNS:
+                        for statement in (*(V5_COLUMNS if version < 5 else ()), *V6_COLUMNS):
                             db.execute(statement)
                         self._create_schema()
                     db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
@@ -212,17 +213,29 @@ class Store(NoteRows, SealedTemplates):
                                   [modality]).fetchone()
         return (float(row[0]), row[1]) if row and row[0] is not None else None
 
+    def margin(self, modality: str) -> tuple[float, str] | None:
+        """(δ, provenance) of the gate's ambiguity margin stored for `modality`, else None."""
+        with self.lock:
+            row = self.db.execute("SELECT delta, delta_source FROM thresholds WHERE modality = ?",
+                                  [modality]).fetchone()
+        return (float(row[0]), row[1]) if row and row[0] is not None else None
+
+    def set_margin(self, modality: str, delta: float, source: str) -> None:
+        self.set_threshold(modality, delta, source, column="delta")
+
     def calibrated(self) -> list[str]:
         """Modalities with a stored τ (calibrated or set by hand)."""
         with self.lock:
             return [r[0] for r in self.db.execute("SELECT modality FROM thresholds ORDER BY 1")]
 
-    def set_threshold(self, modality: str, tau: float, source: str, *, step_up: bool = False) -> None:
-        columns = ("tau_strict", "strict_source") if step_up else ("tau", "source")
+    def set_threshold(self, modality: str, tau: float, source: str, *, step_up: bool = False,
+                      column: str | None = None) -> None:
+        """Store τ (the step-up τ with `step_up`; `column="delta"`: the ambiguity margin) and its provenance."""
+        value, provenance = THRESHOLD_COLUMNS[column or ("tau_strict" if step_up else "tau")]
         with self.transaction() as db:
-            db.execute(f"INSERT INTO thresholds (modality, {columns[0]}, {columns[1]}, updated) "
-                       f"VALUES (?, ?, ?, ?) ON CONFLICT(modality) DO UPDATE SET {columns[0]} = excluded."
-                       f"{columns[0]}, {columns[1]} = excluded.{columns[1]}, updated = excluded.updated",
+            db.execute(f"INSERT INTO thresholds (modality, {value}, {provenance}, updated) "
+                       f"VALUES (?, ?, ?, ?) ON CONFLICT(modality) DO UPDATE SET {value} = excluded."
+                       f"{value}, {provenance} = excluded.{provenance}, updated = excluded.updated",
                        [modality, float(tau), source, now_iso()])
 
     # identities and templates
