@@ -7,7 +7,8 @@ notes. In a group, neighbours also share the new note's author and audience (the
 hidden from): evolution never carries a hidden note's words into a note its excluded member
 reads, nor one member's words into another's note, which would outlive forgetting them. A
 note whose tags evolution strengthened, and evolved neighbours, are embedded again: every
-stored vector embeds its note as stored.
+stored vector embeds its note as stored. Deleting or rewriting a note takes back what its evolution wrote into
+its neighbours (undo_evolution), so no derived copy of its words outlives it.
 """
 
 from __future__ import annotations
@@ -99,12 +100,14 @@ class MemoryAgent:
         if links:
             self.store.add_links(owner_id, note_id, links)
         if "update_neighbor" in decision.actions:
-            self._update_neighbours(owner_id, notes, decision.new_context_neighborhood,
+            self._update_neighbours(owner_id, note_id, notes, decision.new_context_neighborhood,
                                     decision.new_tags_neighborhood)
         return note_id
 
-    def _update_neighbours(self, owner_id: int, notes: Sequence[Note], contexts: Sequence[str],
+    def _update_neighbours(self, owner_id: int, cause: int, notes: Sequence[Note], contexts: Sequence[str],
                            tags: Sequence[Sequence[str]]) -> None:
+        """Write the evolution of note `cause` into its neighbours, each "evolve" event naming `cause` (to be undone
+        when `cause` is deleted or rewritten: undo_evolution)."""
         changed = []
         for i, note in enumerate(notes):
             new_context = contexts[i] if i < len(contexts) and contexts[i] else note.context
@@ -115,15 +118,42 @@ class MemoryAgent:
         if not changed:
             return
         for note, vector in zip(changed, self.embed(changed)):
-            _, generation = self.store.update_note(owner_id, note.id, "evolve", vector,
+            _, generation = self.store.update_note(owner_id, note.id, "evolve", vector, cause=cause,
                                                    context=note.context, tags=note.tags)
             self.partitions.updated(owner_id, note.id, vector, generation)
 
+    def undo_evolution(self, owner_id: int, note_id: int) -> list[int]:
+        """Take back what note `note_id`'s evolution wrote into its neighbours (before it is deleted or rewritten),
+        so that no derived copy of its words outlives it; returns the neighbours restored.
+
+        A neighbour goes back to its context and tags before that evolve event, and its history loses the evolve
+        (and unevolve) events from that one on: each was written from a text that held the note's words. A later
+        update of the neighbour (re-analysed from its content alone) ends that span: its fields then stay, only
+        that update's before goes. Earlier evolutions survive; the neighbour is embedded again and one "unevolve"
+        event, without a before, records what it holds now."""
+        spans = []
+        for neighbour, since in self.store.evolved_by(owner_id, note_id).items():
+            events = self.store.history(owner_id, neighbour)
+            until = next((e["id"] for e in events if e["id"] > since and e["event"] == "update"), None)
+            note = self.store.get_note(owner_id, neighbour)
+            if until is None:
+                before = next(e["before"] for e in events if e["id"] == since)
+                note.context, note.tags = before["context"], before["tags"]
+            spans.append((note, since, until))
+        if not spans:
+            return []
+        for (note, since, until), vector in zip(spans, self.embed([n for n, _, _ in spans])):
+            _, generation = self.store.unevolve(owner_id, note.id, since, until, note.context, note.tags, vector)
+            self.partitions.updated(owner_id, note.id, vector, generation)
+        return [note.id for note, _, _ in spans]
+
     def rewrite(self, owner_id: int, note_id: int, content: str, *, actor: int | None = None) -> Note:
-        """Replace an owned note's content: analysed and embedded again, history kept (made by `actor`)."""
+        """Replace an owned note's content: analysed and embedded again, history kept (made by `actor`); what its
+        old text's evolution wrote into its neighbours is taken back first (undo_evolution)."""
         before = self.store.get_note(owner_id, note_id)
         draft = self.draft(content, before.timestamp)
         vector = self.embed([draft])[0]
+        self.undo_evolution(owner_id, note_id)  # once the analysis succeeded: a failed LLM call changes nothing
         note, generation = self.store.update_note(owner_id, note_id, "update", vector, actor, content=content,
                                                   keywords=draft.keywords, tags=draft.tags,
                                                   context=draft.context)

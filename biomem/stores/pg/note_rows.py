@@ -212,6 +212,35 @@ class PgNoteRows:
             generation = self._bump_generation(conn, owner_id)
         return after, generation
 
+    def evolved_by(self, owner_id: int, cause_id: int) -> dict[int, int]:
+        """Note id -> id of the first "evolve" history row that note `cause_id`'s evolution wrote on it, for each
+        note of the owner it evolved that still exists."""
+        with self.transaction([owner_id]) as conn:
+            return dict(conn.execute(
+                "SELECT h.note_id, min(h.id) FROM history h JOIN notes n ON n.id = h.note_id AND n.owner_id = %s "
+                "WHERE h.owner_id = %s AND h.cause_id = %s AND h.event = 'evolve' GROUP BY h.note_id",
+                [int(owner_id), int(owner_id), int(cause_id)]))
+
+    def unevolve(self, owner_id: int, note_id: int, since: int, until: int | None, context: str, tags: list[str],
+                 vector: np.ndarray) -> tuple[Note, int]:
+        """Undo evolution from history row `since` up to row `until` (an update; None: to the end): its evolve and
+        unevolve rows go, the update's before goes, the note takes `context`, `tags` and `vector`, and one
+        "unevolve" event records the result (no before). Returns the note and the generation."""
+        owner_id, note_id = int(owner_id), int(note_id)
+        with self.transaction([owner_id]) as conn:
+            self.get_note(owner_id, note_id)
+            conn.execute("DELETE FROM history WHERE owner_id = %s AND note_id = %s AND id >= %s "
+                         "AND (%s::bigint IS NULL OR id < %s) AND event IN ('evolve', 'unevolve')",
+                         [owner_id, note_id, int(since), until, until])
+            if until is not None:
+                conn.execute("UPDATE history SET before = NULL WHERE owner_id = %s AND id = %s", [owner_id, until])
+            conn.execute("UPDATE notes SET context = %s, tags = %s, embedding = %s WHERE owner_id = %s AND id = %s",
+                         [context, json.dumps(tags), np.asarray(vector, np.float32), owner_id, note_id])
+            after = self.get_note(owner_id, note_id)
+            self._record(conn, owner_id, note_id, "unevolve", None, after.snapshot())
+            generation = self._bump_generation(conn, owner_id)
+        return after, generation
+
     def delete_note(self, owner_id: int, note_id: int, *, keep_history: bool = False,
                     actor: int | None = None) -> tuple[Note, int]:
         """Delete an owned note (its links cascade); returns it and the owner's new generation.

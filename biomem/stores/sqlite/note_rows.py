@@ -239,6 +239,34 @@ class NoteRows:
             generation = self._bump_generation(db, owner_id)
         return after, generation
 
+    def evolved_by(self, owner_id: int, cause_id: int) -> dict[int, int]:
+        """Note id -> id of the first "evolve" history row that note `cause_id`'s evolution wrote on it, for each
+        note of the owner it evolved that still exists."""
+        with self.lock:
+            return dict(self.db.execute(
+                "SELECT h.note_id, MIN(h.id) FROM history h JOIN notes n ON n.id = h.note_id AND n.owner_id = ? "
+                "WHERE h.owner_id = ? AND h.cause_id = ? AND h.event = 'evolve' GROUP BY h.note_id",
+                [int(owner_id), int(owner_id), int(cause_id)]))
+
+    def unevolve(self, owner_id: int, note_id: int, since: int, until: int | None, context: str, tags: list[str],
+                 vector: np.ndarray) -> tuple[Note, int]:
+        """Undo evolution from history row `since` up to row `until` (an update; None: to the end): its evolve and
+        unevolve rows go, the update's before goes, the note takes `context`, `tags` and `vector`, and one
+        "unevolve" event records the result (no before). Returns the note and the generation."""
+        owner_id, note_id = int(owner_id), int(note_id)
+        with self.transaction() as db:
+            self.get_note(owner_id, note_id)
+            db.execute("DELETE FROM history WHERE owner_id = ? AND note_id = ? AND id >= ? AND (? IS NULL OR id < ?) "
+                       "AND event IN ('evolve', 'unevolve')", [owner_id, note_id, int(since), until, until])
+            if until is not None:
+                db.execute("UPDATE history SET before = NULL WHERE owner_id = ? AND id = ?", [owner_id, until])
+            db.execute("UPDATE notes SET context = ?, tags = ?, embedding = ? WHERE id = ? AND owner_id = ?",
+                       [context, json.dumps(tags), to_blob(vector), note_id, owner_id])
+            after = self.get_note(owner_id, note_id)
+            self._record(db, owner_id, note_id, "unevolve", None, after.snapshot())
+            generation = self._bump_generation(db, owner_id)
+        return after, generation
+
     def delete_note(self, owner_id: int, note_id: int, *, keep_history: bool = False,
                     actor: int | None = None) -> tuple[Note, int]:
         """Delete an owned note (its links cascade); returns it and the owner's new generation.
