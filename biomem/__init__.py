@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "BioMemory": ".engine.memory", "Answer": ".engine.results", "SearchResult": ".engine.results",
     "AsyncBioMemory": ".engine.aio", "Session": ".engine.sessions",
-    "GateResult": ".identity.gate", "Probe": ".identity.gate",
+    "GateResult": ".identity.gate", "Probe": ".identity.gate", "Burst": ".identity.bursts",
     "Identity": ".stores.records", "Note": ".stores.records",
 }
 
@@ -39,7 +39,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Answer", "AsyncBioMemory", "BioMemError", "BioMemory", "GateResult", "Identity", "InvalidImageError",
+    "Answer", "AsyncBioMemory", "BioMemError", "BioMemory", "Burst", "GateResult", "Identity", "InvalidImageError",
     "InvalidInputError", "LLMError", "ModalityMismatchError", "ModelUnavailableError",
     "MultipleFacesError", "NoFaceError", "NoPalmError", "Note", "NoteNotFoundError", "Probe",
     "SearchResult", "Session", "StoreCorruptError", "UnknownIdentityError", "__version__",

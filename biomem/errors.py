@@ -17,6 +17,7 @@ from modalities.errors import (  # noqa: F401  (re-exported)
     NoFaceError,
     NoPalmError,
     PluginError,
+    PoorCaptureError,
     UnknownEncoderError,
     UnknownModalityError,
     UnsupportedImageFormatError,

@@ -61,6 +61,11 @@ class Encoder(ABC):
     def encode(self, image: Any) -> np.ndarray:
         """Embed one capture (path, bytes, numpy array or PIL image) of exactly one subject."""
 
+    def capture(self, image: Any, quality: str = "probe") -> np.ndarray:
+        """Embed a live capture held to the quality bar `quality` ("probe", or the stricter "enrol"):
+        PoorCaptureError with a hint when it falls short. Encoders without a quality gate embed as `encode`."""
+        return self.encode(image)
+
     @property
     def name(self) -> str:
         return self.info.name

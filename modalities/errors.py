@@ -46,6 +46,17 @@ class MultipleFacesError(InvalidInputError):
     """The probe image holds several faces: the requester is ambiguous, so we refuse."""
 
 
+class PoorCaptureError(InvalidInputError):
+    """A face too small, turned away, blurred or faintly detected to match or enrol; `hint` says what to change
+    ("move closer", "face the camera", "hold still", "more light"), `criterion` which measure fell short."""
+
+    def __init__(self, message: str, hint: str, *, criterion: str = "", quality: object = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+        self.criterion = criterion
+        self.quality = quality  # the measures (modalities.quality.FaceQuality) when the encoder made them
+
+
 class ModelUnavailableError(BioMemError, RuntimeError):
     """A model or weight file cannot be found locally and cannot be downloaded."""
 

@@ -448,9 +448,8 @@ def _unsent_inputs(faces, session: str) -> dict:
                                      "UTF-8"),
         "a field twice": ("agent", "/memories", {"data": {"text": ["one", "two"], "infer": "false"}, "files": probe},
                           "twice"),
-        "a probe twice": ("agent", "/memories", {"data": {"text": "one", "infer": "false"},
-                                                 "files": [("probe", probe["probe"]), ("probe", probe["probe"])]},
-                          "twice"),
+        "a burst past its frames": ("agent", "/memories", {"data": {"text": "one", "infer": "false"},
+                                                           "files": [("probe", probe["probe"])] * 11}, "frames"),
         "a urlencoded field twice": ("agent", "/memories", {"content": b"text=one&text=two&infer=false",
                                                             "headers": form}, "twice"),
     }

@@ -30,6 +30,7 @@ from ..errors import (
     NoFaceError,
     NoPalmError,
     NoteNotFoundError,
+    PoorCaptureError,
     SessionExpiredError,
     StepUpRequiredError,
     StoreCorruptError,
@@ -41,12 +42,16 @@ from ..errors import (
 
 log = logging.getLogger("biomem.engine.messages")
 
+# a capture below the quality bar (modalities.quality): nothing was matched, and it is not a failed attempt
+POOR_CAPTURE = "Nothing was matched, and this does not count as a failed attempt: try again."
+
 # (error class, toast title, message); the first match wins, so subclasses come first.
 ERRORS: list[tuple[type[BaseException], str, str]] = [
     (NoFaceError, "No face found",
      "No face was found in the probe. Face the camera in good light, or use another photo."),
     (MultipleFacesError, "More than one face",
      "The probe shows several faces, so the requester is ambiguous. One person at a time, please."),
+    (PoorCaptureError, "Poor capture", POOR_CAPTURE),
     (NoPalmError, "No palm found", "No palm region was found in the probe: give a cropped palm image."),
     (ImageBombError, "Image bomb refused", "A file that claims so many pixels is refused as an image bomb: "
      "send the photo itself."),
@@ -96,6 +101,8 @@ def readable(exc: BaseException) -> tuple[str, str]:
     """(title, message) a person can act on; never a traceback, never a server path."""
     for cls, title, message in ERRORS:
         if isinstance(exc, cls):
+            if isinstance(exc, PoorCaptureError) and exc.hint:
+                title = f"{title}: {exc.hint}"  # the hint is the title: what to change, read first
             if isinstance(exc, LOGGED_ONLY):
                 log.warning("%s: %s", exc.__class__.__name__, exc)
                 return title, message

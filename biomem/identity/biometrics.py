@@ -24,6 +24,7 @@ from ..errors import (
 )
 from ..stores import MemoryStore
 from ..stores.records import Identity
+from .bursts import Burst, fuse_frames
 from .encoders import EncoderCache
 from .enrolment import FACE_TAKEN_MISSES, check_captures_fit, check_label, check_not_enrolled, check_one_person, refusal
 from .gate import Gate, GateResult, Probe, fuse
@@ -49,14 +50,18 @@ class Biometrics:
         """The (cached) encoder of `modality`, default the store's."""
         return self._encoders.get(modality or self.modality)
 
-    def probe(self, sample: Any, modality: str | None = None) -> Probe:
-        """A Probe from an image (path, bytes, array, PIL) through the encoder, or as given."""
+    def probe(self, sample: Any, modality: str | None = None, *, quality: str = "probe") -> Probe:
+        """A Probe from an image (path, bytes, array, PIL) or a Burst of them through the encoder, held to the
+        `quality` bar ("probe", or "enrol": PoorCaptureError with a hint below it), or a Probe as given."""
         if isinstance(sample, Probe):
             if modality and sample.modality != modality:
                 raise ModalityMismatchError(f"probe is {sample.modality!r}, expected {modality!r}")
             return sample
         name = modality or self.modality
-        return Probe(self.encoder(name).encode(sample), name)
+        encoder = self.encoder(name)
+        if isinstance(sample, Burst):
+            return Probe(fuse_frames(sample, lambda frame: encoder.capture(frame, quality), self.threshold(name)), name)
+        return Probe(encoder.capture(sample, quality), name)
 
     def threshold(self, modality: str | None = None, *, step_up: bool = False) -> float:
         """τ of `modality`: the calibrated value stored in the DB, else the encoder's default.
@@ -86,11 +91,13 @@ class Biometrics:
         self.store.set_threshold(name, float(tau), source, step_up=step_up)
 
     def probes(self, probe: Any) -> list[Probe]:
-        """One or more Probes from a sample, a Probe, a list of them, or {modality: sample}."""
+        """One or more Probes from a sample, a Probe, a Burst, a list of them, or {modality: sample}, where a
+        list or tuple of frames under a modality is a Burst (biomem.identity.bursts)."""
         if probe is None:
             raise InvalidInputError("a probe is needed")
         if isinstance(probe, dict):
-            probes = [self.probe(sample, modality) for modality, sample in probe.items()]
+            probes = [self.probe(Burst(sample) if isinstance(sample, (list, tuple)) else sample, modality)
+                      for modality, sample in probe.items()]
         elif isinstance(probe, (list, tuple)):
             probes = [self.probe(sample) for sample in probe]
         else:
@@ -167,7 +174,7 @@ class Biometrics:
         """
         label = check_label(label)
         self.limiter.check(client)
-        probes = [self.probe(s, modality) for s in self._as_list(samples)]
+        probes = [self.probe(s, modality, quality="enrol") for s in self._as_list(samples)]
         if not probes:
             raise InvalidInputError("enrolment needs at least one sample")
         names = {p.modality for p in probes}
@@ -204,7 +211,7 @@ class Biometrics:
         identity_id = self.store.identity(identity_id).id
         if probe is not None and self.verify(probe, "Adding captures", client=client) != identity_id:
             raise StepUpRequiredError("the probe does not prove this identity: nothing was added")
-        probes = [self.probe(s, modality) for s in self._as_list(samples)]
+        probes = [self.probe(s, modality, quality="enrol") for s in self._as_list(samples)]
         if not probes:
             raise InvalidInputError("add_templates needs at least one sample")
         self._check_dims(probes)

@@ -1,7 +1,8 @@
 """A request's body as fields and a probe the engine can take, from multipart or JSON.
 
 Multipart (`curl -F`): text fields beside image files `probe` (the store's default modality),
-`probe_<modality>` (one per modality of a multi-modal probe), `images` (enrolment) or `member_probe`
+`probe_<modality>` (one per modality of a multi-modal probe; a probe field sent several times is a burst of
+frames of one person, fused into one probe), `images` (enrolment) or `member_probe`
 (the newcomer joining a household); fields that hold JSON (messages, metadata, hidden_from, filters)
 are JSON text in their form field. JSON: the same fields, images as base64 objects:
 
@@ -34,6 +35,7 @@ from modalities.images import MAX_FILE_BYTES
 
 from ..engine.memory import BioMemory
 from ..errors import InvalidImageError, InvalidInputError, ModalityMismatchError
+from ..identity.bursts import Burst
 from ..identity.gate import Probe
 from .auth import Caller
 from .errors import ApiError, invalid
@@ -131,8 +133,9 @@ async def parse(request: Request, model: type[M], caller: Caller, mem: BioMemory
 
 
 async def _multipart(request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(text fields, files) of a multipart body; files as bytes, `images` as a list. A field sent twice
-    (but `images`) is refused: which one would count is not the client's to guess."""
+    """(text fields, files) of a multipart body; files as bytes, `images` and a probe file sent several times
+    (a burst of frames) as a list. Any other field sent twice is refused: which one would count is not the
+    client's to guess."""
     parser = InMemoryParser(request.headers, request.stream(), max_files=MAX_IMAGES + 4, max_fields=MAX_FIELDS)
     try:
         form = await parser.parse()
@@ -142,13 +145,16 @@ async def _multipart(request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
     files: dict[str, Any] = {}
     try:
         for name, value in form.multi_items():
-            if name != "images" and (name in fields or name in files):
+            repeatable = name == "images" or (isinstance(value, UploadFile) and _is_probe(name))
+            if name in fields or (name in files and not repeatable):
                 raise InvalidInputError(f"{_named(name)} is sent twice: send each field once")
             if isinstance(value, UploadFile):
                 _check_upload_type(name, value.content_type)
                 content = await value.read()
                 if name == "images":
                     files.setdefault("images", []).append(content)
+                elif name in files:  # a probe's next frame
+                    files[name] = [*files[name], content] if isinstance(files[name], list) else [files[name], content]
                 else:
                     files[name] = content
             elif name in JSON_FIELDS:
@@ -200,12 +206,23 @@ def json_text(text: str, what: str) -> Any:
     return _json(text.encode("utf-8", "surrogatepass"), what)
 
 
+def _is_probe(name: str) -> bool:
+    """Whether a multipart field is a probe's file, which may be sent several times as a burst of frames."""
+    return any(name == field or name.startswith(f"{field}_") for field in ("probe", "member_probe"))
+
+
+def _frames(value: Any) -> Any:
+    """A probe file's bytes, or a Burst when its field was sent several times."""
+    return Burst(value) if isinstance(value, list) else value
+
+
 def _file_probe(files: dict[str, Any], known: Modalities, field: str = "probe") -> Any:
     """The multipart probe: `probe` alone as bytes, or {modality: bytes} with probe_<modality> files (the
-    newcomer's of a household: `member_probe`, member_probe_<modality>)."""
+    newcomer's of a household: `member_probe`, member_probe_<modality>); a file field sent several times is a
+    Burst of frames of one person (biomem.identity.bursts)."""
     prefix = f"{field}_"
-    parts = {name.removeprefix(prefix): files.pop(name) for name in list(files) if name.startswith(prefix)}
-    single = files.pop(field, None)
+    parts = {name.removeprefix(prefix): _frames(files.pop(name)) for name in list(files) if name.startswith(prefix)}
+    single = _frames(files.pop(field, None))
     if not parts:
         return single
     if single is not None:

@@ -272,7 +272,7 @@ class Controller:
             for n, path in enumerate(paths):
                 progress(n / len(paths), desc=f"Encoding image {n + 1} of {len(paths)}")
                 try:
-                    probes.append(self.mem.probe(uploads.read_once(path, "image"), name))
+                    probes.append(self.mem.probe(uploads.read_once(path, "image"), name, quality="enrol"))
                 except BioMemError as exc:
                     title, message = readable(exc)
                     raise fail(f"Image {n + 1}: {message}", title) from None
