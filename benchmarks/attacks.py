@@ -29,9 +29,17 @@ Settings, each on its own temporary store and server (XDG_CONFIG_HOME and GRADIO
 point into a temporary folder; the LLM is the offline one; the face encoder is --encoder,
 default face-dlib, the encoder of the attack this benchmark replays):
 
-- "defaults": BioMemory's defaults (disclosure "private", attempt limits 20 misses per
-  10 minutes, 60 s cool-down doubling), --budget queries (default 10,000).
+- "defaults": BioMemory's defaults (disclosure "private"; attempt limits: 20 misses a minute, a daily
+  budget of 5,000 / N misses, 5 near-misses per 10 minutes per client and per target, 60 s cool-downs
+  doubling; see docs/gate.md), --budget queries (default 10,000).
 - "demo": BioMemory(..., disclosure="demo", limits="off"), --demo-budget queries (default 3,000).
+- "dictionary": bulk guessing against the binary reply, in-process on an injected clock (no server: only the
+  limits decide it): one client asks with a different face each query, as fast as the pace limit lets it
+  (one every --dictionary-gap s) and waiting out each cool-down it is told, for --dictionary-days simulated
+  days, under the default limits. The offline set has 13 people who are not enrolled: the dictionary is
+  their photos and augmented captures, pre-encoded and cycled. The row says when the client was first
+  throttled (the daily budget, AttemptLimits.budget_for), how many guesses it got per day, and how many
+  of them matched anyone.
 
 Prints a markdown table and writes JSON (default benchmarks/results/attacks.json): the args,
 the machine, one row per setting (queries, refused, misses, encoder rejections, best Ana score
@@ -78,8 +86,10 @@ import app  # noqa: E402
 import modalities  # noqa: E402
 from biomem import BioMemory  # noqa: E402
 from biomem.engine.demo import DEMO_PEOPLE, STRANGER, build_demo  # noqa: E402
-from biomem.errors import BioMemError  # noqa: E402
-from biomem.identity.samples import face_crops  # noqa: E402
+from biomem.errors import BioMemError, TooManyAttemptsError  # noqa: E402
+from biomem.identity.gate import Probe  # noqa: E402
+from biomem.identity.limits import AttemptLimiter  # noqa: E402
+from biomem.identity.samples import augment, calibration_faces, face_crops  # noqa: E402
 from biomem.notes.textenc import TextEncoder  # noqa: E402
 from biomem.vocabulary import AttemptLimits  # noqa: E402
 
@@ -88,7 +98,8 @@ QUESTION = "What is my bank card PIN?"
 TRACE_EVERY = 50
 REFUSED_RUN = 200  # consecutive refusals before a cool-down that outlasts the wall time may end a setting
 TARGET_PIN = DEMO_PEOPLE[TARGET][0][0].split()[-1]  # "My PIN for the bank card is 4821"
-SETTINGS = ("defaults", "demo")
+SETTINGS = ("defaults", "demo", "dictionary")
+DICTIONARY_CAPTURES = 6  # a non-enrolled person's photo and its first augmentations
 
 
 def perturb(image: np.ndarray, rng: np.random.Generator, noise: float) -> np.ndarray:
@@ -264,7 +275,69 @@ def run_setting(name: str, args: argparse.Namespace, text: TextEncoder, face: mo
         finally:
             mem.close()
     return {"setting": name, "disclosure": options.get("disclosure", "private (default)"),
-            "limits": options.get("limits", "default 20/600 s, 60 s cool-down doubling"), **row}
+            "limits": options.get("limits", f"default {AttemptLimits()}"), **row}
+
+
+def dictionary(args: argparse.Namespace, text: TextEncoder, face: modalities.Encoder) -> dict[str, Any]:
+    """The dictionary attack through one client on an injected clock; returns the row."""
+    faces = []
+    for person, crops in enumerate(calibration_faces()):
+        if person < len(DEMO_PEOPLE):
+            continue
+        for photo, crop in enumerate(crops):
+            for n in range(DICTIONARY_CAPTURES):
+                try:
+                    image = crop if n == 0 else augment(crop, 1000 * person + 100 * photo + n)
+                    faces.append(encoded_guess(face, image))
+                except BioMemError:  # no face, or several: not a guess the attacker can send
+                    continue
+    clock = _Clock()
+    with tempfile.TemporaryDirectory(prefix="biomem-attack-dictionary-") as tmp:
+        mem = BioMemory(Path(tmp) / "attack.db", encoder=face, text_model=text, llm="offline")
+        try:
+            ids = build_demo(mem)
+            limits = mem.limiter.limits
+            assert limits == AttemptLimits(), "not the defaults"
+            mem.limiter = AttemptLimiter(limits, mem.store, clock=clock)
+            start, end = clock.now, clock.now + 86_400 * args.dictionary_days
+            per_day = [0] * args.dictionary_days
+            served = refused = matched = 0
+            first_refused = first_refused_h = None
+            while clock.now < end:
+                try:
+                    gate = mem.identify(faces[served % len(faces)], client=("address:198.51.100.66",))
+                except TooManyAttemptsError as exc:
+                    refused += 1
+                    if first_refused is None:
+                        first_refused, first_refused_h = served + 1, (clock.now - start) / 3600
+                    clock.now += exc.retry_after + 0.001  # the attacker waits out the cool-down it is told
+                    continue
+                per_day[int((clock.now - start) // 86_400)] += 1
+                served += 1
+                matched += gate.matched
+                clock.now += args.dictionary_gap
+        finally:
+            mem.close()
+    return {"setting": "dictionary", "limits": "default", "distinct_faces": len(faces), "enrolled": len(ids),
+            "daily_budget": limits.budget_for(len(ids)), "gap_s": args.dictionary_gap, "days": args.dictionary_days,
+            "served": served, "refused": refused, "first_refused_at_guess": first_refused,
+            "first_refused_after_h": first_refused_h, "served_per_day": per_day, "matched": matched,
+            "expected_false_matches_per_day_bound": limits.risk}
+
+
+class _Clock:
+    """The dictionary attack's injected clock."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def encoded_guess(face: modalities.Encoder, image: np.ndarray) -> Probe:
+    """A pre-encoded guess."""
+    return Probe(face.encode(image), face.name)
 
 
 def main() -> None:
@@ -277,6 +350,9 @@ def main() -> None:
     parser.add_argument("--noise", type=float, default=12.0, help="σ in grey levels of the noise patches")
     parser.add_argument("--max-minutes", type=float, default=60.0, help="wall-time safety cap per setting")
     parser.add_argument("--settings", default=",".join(SETTINGS), help="comma list of: defaults, demo")
+    parser.add_argument("--dictionary-gap", type=float, default=3.5,
+                        help="seconds between the dictionary attack's guesses (just under the pace limit)")
+    parser.add_argument("--dictionary-days", type=int, default=2, help="simulated days of the dictionary attack")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "attacks.json"))
     args = parser.parse_args()
     chosen = [s.strip() for s in args.settings.split(",") if s.strip()]
@@ -291,7 +367,8 @@ def main() -> None:
     text, face = TextEncoder(), modalities.create(args.encoder)  # loaded once, shared by both stores
     start = face_crops()[STRANGER]
     began = time.perf_counter()
-    rows = [run_setting(name, args, text, face, start) for name in chosen]
+    rows = [run_setting(name, args, text, face, start) for name in chosen if name != "dictionary"]
+    guessed = [dictionary(args, text, face)] if "dictionary" in chosen else []
     total = time.perf_counter() - began
 
     print("\n| setting | queries spent | refused (rate-limited) | best Ana score seen | admitted | wall time | stop |")
@@ -301,6 +378,16 @@ def main() -> None:
         admitted = f"yes, at query {r['admitted_at_query']}" if r["admitted"] else "no"
         print(f"| {r['setting']} | {r['queries']} / {r['budget']} | {r['refused']} | {best} | {admitted} "
               f"| {r['wall_s']:.0f} s | {r['stop']} |")
+    if guessed:
+        print("\n| attack | distinct faces | enrolled (N) | daily budget | first throttled | guesses served per day "
+              "| refused | matched anyone |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in guessed:
+            first = "never" if r["first_refused_at_guess"] is None else (
+                f"guess {r['first_refused_at_guess']} ({r['first_refused_after_h']:.1f} h)")
+            print(f"| dictionary, one client, a guess every {r['gap_s']:g} s | {r['distinct_faces']} | {r['enrolled']} "
+                  f"| {r['daily_budget']} | {first} | {' / '.join(map(str, r['served_per_day']))} "
+                  f"| {r['refused']} | {r['matched']} |")
     for r in rows:
         c = r["check"]
         exact, psnr_db = c.get("exact_target_cosine"), c.get("psnr_vs_start_db")
@@ -321,7 +408,7 @@ def main() -> None:
     out.write_text(json.dumps({"machine": machine, "args": args_record, "target": TARGET, "question": QUESTION,
                                "encoder": args.encoder,
                                "start_image": f"biomem.identity.samples.face_crops()[{STRANGER}]",
-                               "trace_every": TRACE_EVERY, "total_wall_s": total, "rows": rows},
+                               "trace_every": TRACE_EVERY, "total_wall_s": total, "rows": rows + guessed},
                               indent=2, default=float))
     print(f"\nwrote {out} ({total:.0f} s in all)")
 

@@ -77,6 +77,11 @@ class EnrolmentRefusedError(EnrolmentError):
     the two is said to the operator and admins only (biomem.identity.enrolment)."""
 
 
+class EnrolmentLimitError(EnrolmentError):
+    """One more person would take the store past the size its τ guards: the expected false-positive
+    identification rate (a stranger taken for someone) would exceed the operator's target FPIR."""
+
+
 class TextTooLongError(InvalidInputError):
     """A memory or a question longer than the engine takes (biomem.engine.checks' MAX_NOTE_CHARS and
     MAX_QUESTION_CHARS); nothing was stored."""

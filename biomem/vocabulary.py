@@ -18,17 +18,28 @@ KEY_ROLES = (AGENT, ADMIN)  # the roles an API key can hold (biomem.engine.keys)
 
 @dataclass(frozen=True)
 class AttemptLimits:
-    """Attempt limits per client (biomem.identity.limits); defaults: 20 misses per 10 minutes, then
-    60 s of cool-down, doubling up to a day."""
+    """Attempt limits per client (biomem.identity.limits). Defaults, against NIST SP 800-63B's biometric rules in
+    docs/gate.md: any miss counts towards 20 per minute (a bot's pace, never a queue of people) and towards a daily
+    budget of floor(risk / (N_enrolled × fmr)) = 5,000 / N misses (`budget_for`); a near-miss (as far below τ
+    of someone as the step-up τ is above it) counts 5 per 10 minutes per client and per targeted identity, whose
+    matches then need the step-up τ for `guard` seconds. A cool-down is 60 s, doubling up to a day."""
 
     misses: int = 20
-    window: float = 600.0
+    window: float = 60.0
     cooldown: float = 60.0
     max_cooldown: float = 86_400.0
+    budget: int | None = None  # misses per budget_window; None: budget_for(N), from the store's false-match risk
+    budget_window: float = 86_400.0
+    risk: float = 0.5  # expected false matches a client's budget of strangers' faces may buy per budget_window
+    fmr: float = 1e-4  # the false-match rate at τ (biomem calibrate --fmr 1e-4 --save fmr)
+    near: float = 1.0  # the near-miss band below τ, in units of (step-up τ − τ): 0.07 for face-arcface-s
+    near_misses: int = 5
+    near_window: float = 600.0
+    guard: float = 3_600.0  # how long a targeted identity's matches need the step-up τ (doubling, at most a day)
 
     @classmethod
     def parse(cls, text: str) -> AttemptLimits | None:
-        """"off", or "MISSES/WINDOW[/COOLDOWN]" in seconds, e.g. "20/600/60" ($BIOMEM_ATTEMPTS)."""
+        """"off", or "MISSES/WINDOW[/COOLDOWN]" in seconds, e.g. "20/60/60" ($BIOMEM_ATTEMPTS)."""
         text = text.strip().lower()
         if text in ("off", "0", "none", "false"):
             return None
@@ -39,6 +50,13 @@ class AttemptLimits:
         except ValueError:
             raise InvalidInputError(f"attempt limits are 'off' or 'MISSES/WINDOW[/COOLDOWN]', got {text!r}") from None
         return cls(int(parts[0]), parts[1], *(parts[2:] or [cls.cooldown]))
+
+    def budget_for(self, enrolled: int) -> int:
+        """Misses a client may spend per budget_window with `enrolled` people in the store: the explicit `budget`,
+        else floor(risk / (N × fmr)) so that N × FMR × misses stays below `risk`, never below `misses`."""
+        if self.budget is not None:
+            return self.budget
+        return max(self.misses, int(self.risk / (max(enrolled, 1) * self.fmr)))
 
     def cooldown_for(self, strikes: int) -> float:
         """How long a client's `strikes`-th cool-down lasts: `cooldown`, doubling, at most `max_cooldown`."""

@@ -84,6 +84,8 @@ class BioMemory(Households, Biometrics):
         "off" for none; they apply to calls that pass client=.
     prompt_tokens: the answer prompt's budget in the text encoder's word pieces (default
         $BIOMEM_PROMPT_TOKENS or 4,096): the lowest-ranked notes are left out first (Answer.omitted).
+    The target false-positive identification rate enrolment keeps is `mem.target_fpir` ($BIOMEM_TARGET_FPIR,
+        default 0.01; see biomem.identity.enrolment).
     key: the 32-byte template key (default $BIOMEM_KEY or the key file, see biomem.stores.sealing).
     settings: where the $-defaults above come from (biomem.settings); default Settings.from_env(),
         read once here. Explicit arguments win over it.
@@ -127,6 +129,7 @@ class BioMemory(Households, Biometrics):
             # name (precomputed probes in the evaluation) is used for this session only.
             self.store.set_meta("default_modality", self.modality)
         self.policy = policy
+        self.target_fpir = settings.target_fpir
         self.k = check_k(k)
         self.prompt_tokens = check_budget(settings.prompt_tokens if prompt_tokens is None else prompt_tokens)
         self.gate = Gate(self.store)
@@ -476,14 +479,16 @@ class BioMemory(Households, Biometrics):
                                        if self.disclosure == "demo" else {}, self.disclosure)}
 
     def stats(self) -> dict[str, Any]:
-        """Operator view: counts, identities with their note counts, modalities and thresholds."""
+        """Operator view: counts, identities with their note counts, modalities and thresholds, and per
+        modality what its τ guards in 1:N identification (`identification`: N, FMR, FPIR, largest N)."""
         per_owner = {owner: count for owner, (count, _) in self.store.note_summary().items()}
+        modalities = sorted({self.modality, *self.store.modalities(), *self.store.calibrated()})
         return {"path": self.store.location, **self.store.counts(),
                 "per_identity": {f"{i.id}: {i.label}": per_owner.get(i.id, 0) for i in self.store.identities()},
                 "per_group": {f"{g.id}: {g.label}": {"notes": per_owner.get(g.id, 0), "members": g.members}
                               for g in self.store.all_groups()},
                 "default_modality": self.modality,
-                "modalities": {m: self.threshold(m)
-                               for m in sorted({self.modality, *self.store.modalities(), *self.store.calibrated()})},
+                "modalities": {m: self.threshold(m) for m in modalities},
+                "identification": {m: self.identification(m) for m in modalities},
                 "text_model": self.text.name, "llm": self.llm.name, "policy": self.policy,
                 "disclosure": self.disclosure}

@@ -13,6 +13,7 @@ from ..errors import (
     CorruptImageError,
     DuplicateLabelError,
     EnrolmentError,
+    EnrolmentLimitError,
     EnrolmentRefusedError,
     ForgetIncompleteError,
     GroupNotFoundError,
@@ -76,6 +77,8 @@ ERRORS: list[tuple[type[BaseException], str, str]] = [
     (InconsistentSamplesError, "Not one person", ""),
     (DuplicateLabelError, "Name taken", ""),
     (EnrolmentRefusedError, "Not enrolled", ""),
+    (EnrolmentLimitError, "Too many people for this τ", "An operator can store a higher τ calibrated at a "
+     "lower false-match rate (on more people), or raise the target BIOMEM_TARGET_FPIR."),
     (EnrolmentError, "Captures refused", ""),
     (ForgetIncompleteError, "Not erased yet", "Your memories and templates are deleted, but another "
      "process is still reading the store, so their last bytes are not erased yet: the next forget or a restart "

@@ -26,7 +26,16 @@ from ..stores import MemoryStore
 from ..stores.records import Identity
 from .bursts import Burst, fuse_frames
 from .encoders import EncoderCache
-from .enrolment import FACE_TAKEN_MISSES, check_captures_fit, check_label, check_not_enrolled, check_one_person, refusal
+from .enrolment import (
+    FACE_TAKEN_MISSES,
+    check_captures_fit,
+    check_label,
+    check_not_enrolled,
+    check_one_person,
+    check_room,
+    identification_risk,
+    refusal,
+)
 from .gate import Gate, GateResult, Probe, fuse
 from .limits import AttemptLimiter
 
@@ -43,6 +52,7 @@ class Biometrics:
     modality: str
     policy: str
     fusion: str
+    target_fpir: float  # the false-positive identification rate enrolment must keep (biomem.identity.enrolment)
     _encoders: EncoderCache
     _enrolling: threading.Lock  # check-then-insert of enrolments is one step
 
@@ -89,6 +99,20 @@ class Biometrics:
             raise InvalidInputError(f"τ is a cosine and must lie in [-1, 1], got {tau}")
         name = modality or self.modality
         self.store.set_threshold(name, float(tau), source, step_up=step_up)
+
+    def identification(self, modality: str | None = None) -> dict[str, Any]:
+        """What `modality`'s τ guards in 1:N identification: people enrolled, τ, its calibrated FMR, the
+        expected FPIR at that N and the largest N under the target (biomem.identity.enrolment)."""
+        name = modality or self.modality
+        stored = self.store.threshold(name)
+        enrolled = len(np.unique(self.store.templates(name)[0])) if name in self.gate.modalities() else 0
+        return identification_risk(self.threshold(name), stored[1] if stored else None, enrolled, self.target_fpir)
+
+    def _check_room(self, probe: Probe) -> None:
+        """One more person of the probe's modality must keep the FPIR within target (EnrolmentLimitError)."""
+        stored = self.store.threshold(probe.modality)
+        check_room(len(self.gate.scores(probe)[0]), self.threshold(probe.modality), stored[1] if stored else None,
+                   self.target_fpir)
 
     def probes(self, probe: Any) -> list[Probe]:
         """One or more Probes from a sample, a Probe, a Burst, a list of them, or {modality: sample}, where a
@@ -165,8 +189,9 @@ class Biometrics:
 
         Refused, with nothing written, when the label is blank, too long or holds hidden characters
         (InvalidInputError), when the samples do not all show one person (InconsistentSamplesError),
-        when that person is already enrolled (AlreadyEnrolledError) or when the label is taken
-        (DuplicateLabelError). sample: mark a demo person, whom the "demo" disclosure may show.
+        when that person is already enrolled (AlreadyEnrolledError), when the label is taken
+        (DuplicateLabelError) or when one more person would take the false-positive identification rate
+        at a calibrated τ past the target (EnrolmentLimitError, never a miss). sample: mark a demo person, whom the "demo" disclosure may show.
         client: a requester's keys for attempt limits: the enrolment is then a gated attempt (refused
         before any encoding in a cool-down; each refusal a miss, an enrolled face FACE_TAKEN_MISSES),
         and a taken label and an enrolled face are both EnrolmentRefusedError unless `admin` (the
@@ -195,6 +220,7 @@ class Biometrics:
             except AlreadyEnrolledError as exc:
                 self.limiter.miss(client, FACE_TAKEN_MISSES)
                 raise refusal(exc, precise=precise) from None
+            self._check_room(probes[0])
             try:
                 return self.store.add_identity(label, name, np.stack([p.embedding for p in probes]), sample=sample)
             except DuplicateLabelError as exc:
@@ -221,6 +247,8 @@ class Biometrics:
                 group = [p for p in probes if p.modality == name]
                 check_one_person(group, self.threshold(name))
                 check_captures_fit(self.gate, identity_id, group, self.threshold(name), has_templates=name in own)
+                if name not in own:  # a first capture of this modality: one more person it identifies
+                    self._check_room(group[0])
             with self.store.transaction():
                 for name in {p.modality for p in probes}:
                     self.store.add_templates(identity_id, name,

@@ -33,6 +33,13 @@ Thresholds. The gate admits a probe when cos >= τ, so FMR(τ) is the share of i
                   impostor scores FMR moves in steps of 1/n: when 1/n > target the report says
                   that the target is not demonstrated, only that no sampled impostor passes.
     eer           where FMR = FNMR, interpolated linearly between adjacent score thresholds.
+
+Identification (1:N). A stranger's probe is compared with all N people enrolled, so the expected
+false-positive identification rate is FPIR = 1 - (1 - FMR(τ))^N (≈ N × FMR). The table gives it at
+each τ for N in FPIR_SIZES (and the store's N when given), with the largest N whose FPIR stays under
+the target. No FMR below the rule-of-three floor 3/n is credited: with n impostor scores and no false
+match, FMR < 3/n at 95%, and the data cannot show less. `save` stores the τ's FMR and n in its
+source; enrolment reads them back (biomem.identity.enrolment.calibrated_fmr).
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from scipy.stats import gaussian_kde
 import modalities
 
 from ..errors import InvalidInputError
+from ..settings import DEFAULT_TARGET_FPIR
 from .biometrics import Biometrics
 from .calibration_data import (
     encode_all,
@@ -61,6 +69,7 @@ from .calibration_data import (
     read_pairs,
     stack_vectors,
 )
+from .enrolment import fpir, max_enrolled, rule_of_three
 from .samples import write_face_set
 
 log = logging.getLogger(__name__)
@@ -69,6 +78,7 @@ MIN_SCORES = 2  # the fewest scores of each kind a density can be estimated from
 GRID_POINTS = 2048  # KDE evaluation grid over the score range
 # Scores are binned this finely (per kind) before the KDE: exact far below the bandwidth, fast for 200k.
 KDE_BINS = 16384
+FPIR_SIZES = (10, 100, 1_000, 10_000)  # people enrolled at which the report gives the FPIR
 
 
 @dataclass(frozen=True)
@@ -113,6 +123,15 @@ class CalibrationReport:
         """τ at the equal error rate."""
         return self.at_eer.tau
 
+    @property
+    def fmr_floor(self) -> float:
+        """The lowest FMR these impostor scores can support (rule of three: 3/n)."""
+        return rule_of_three(self.impostor)
+
+    def credited_fmr(self, point: OperatingPoint) -> float:
+        """The FMR a τ is credited with: its measured FMR, never below the rule-of-three floor."""
+        return max(point.fmr, self.fmr_floor)
+
     def as_dict(self) -> dict[str, Any]:
         """Every number as JSON-ready values (the raw scores are left out)."""
         out: dict[str, Any] = {}
@@ -122,8 +141,9 @@ class CalibrationReport:
                 out[f.name] = asdict(value) if isinstance(value, OperatingPoint) else value
         return out
 
-    def table(self) -> str:
-        """A markdown summary: data counts, one row per τ with its FMR and FNMR, then caveats."""
+    def table(self, enrolled: int | None = None, target_fpir: float = DEFAULT_TARGET_FPIR) -> str:
+        """A markdown summary: data counts, one row per τ with its FMR and FNMR, the FPIR each τ gives at
+        FPIR_SIZES people (and `enrolled`, the store's N) with the largest N under `target_fpir`, then caveats."""
         source = f"`{self.data_dir}`" if self.data_dir else "given scores"
         if self.pairs_file:
             source += f" (pairs `{self.pairs_file}`)"
@@ -137,11 +157,22 @@ class CalibrationReport:
         lines += [f"- {self.genuine:,} genuine / {self.impostor:,} impostor scores{sampled}",
                   f"- modes: impostor {self.impostor_mode:.4f}, genuine {self.genuine_mode:.4f}", "",
                   "| τ rule | τ | FMR | FNMR | how |", "|---|---:|---:|---:|---|"]
-        for name, point in (("intersection (paper)", self.intersection),
-                            (f"FMR ≤ {self.target_fmr:g}", self.at_fmr),
-                            (f"EER = {self.eer:.4%}", self.at_eer)):
+        rules = (("intersection (paper)", self.intersection), (f"FMR ≤ {self.target_fmr:g}", self.at_fmr),
+                 (f"EER = {self.eer:.4%}", self.at_eer))
+        for name, point in rules:
             lines.append(f"| {name} | {point.tau:.5f} | {point.fmr:.3e} ({point.false_matches}/{self.impostor})"
                          f" | {point.fnmr:.3e} ({point.false_non_matches}/{self.genuine}) | {point.how} |")
+        sizes = sorted({*FPIR_SIZES, *([enrolled] if enrolled is not None else [])})
+        lines += ["", f"Identification (1:N): FPIR = 1 − (1 − FMR)^N for N people enrolled; no FMR below the rule-of-"
+                  f"three floor 3/{self.impostor:,} = {self.fmr_floor:.2e} is credited (0 false matches in"
+                  f" {self.impostor:,} impostor scores show FMR < 3/n at 95%, no lower).", "",
+                  "| τ rule | FMR credited | " + " | ".join(
+                      f"FPIR N={n:,}{' (store)' if n == enrolled else ''}" for n in sizes)
+                  + f" | largest N at FPIR ≤ {target_fpir:g} |", "|---|" + "---:|" * (len(sizes) + 2)]
+        for name, point in rules:
+            fmr = self.credited_fmr(point)
+            lines.append(f"| {name} | {fmr:.2e} | " + " | ".join(f"{fpir(fmr, n):.2%}" for n in sizes)
+                         + f" | {max_enrolled(fmr, target_fpir):,} |")
         if self.caveats:
             lines += ["", *(f"- caveat: {c}" for c in self.caveats)]
         return "\n".join(lines)

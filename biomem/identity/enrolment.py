@@ -12,11 +12,22 @@ these checks, or by a taken label, is a miss for that client, and a face that al
 to someone costs FACE_TAKEN_MISSES. A requester is told one thing for a taken label and for an
 enrolled face (EnrolmentRefusedError): which of the two collided would say whether that face,
 or that name, is enrolled. The operator in-process and an admin get the precise error.
+
+The store's size is bounded by its τ (1:N identification): a stranger's probe is compared with all
+N enrolled people, so the false-positive identification rate is FPIR = 1 - (1 - FMR(τ))^N (≈ N × FMR).
+FMR(τ) is the one a calibration stored with τ (biomem.identity.calibrate.save), credited no lower than
+the rule-of-three floor 3/n of its n impostor scores. An enrolment that would take FPIR above the
+operator's target (BIOMEM_TARGET_FPIR) is refused (EnrolmentLimitError) until τ is raised; a τ no
+calibration stored (an encoder default, BIOMEM_TAU, a manual τ) has no known FMR and limits nothing:
+stats say "uncalibrated".
 """
 
 from __future__ import annotations
 
+import math
+import re
 import unicodedata
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +35,7 @@ from ..errors import (
     AlreadyEnrolledError,
     DuplicateLabelError,
     EnrolmentError,
+    EnrolmentLimitError,
     EnrolmentRefusedError,
     InconsistentSamplesError,
     InvalidInputError,
@@ -39,6 +51,9 @@ HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 # existing person is an attack or a mistake, never a new person, so four such tries start a
 # cool-down at the default 20 misses (a taken label or inconsistent samples cost one).
 FACE_TAKEN_MISSES = 5
+# What calibrate.save writes into a τ's source: "calibrate <rule>: ...; <g> genuine / <n> impostor scores...;
+# FMR <x> FNMR <y>; <date>". Any other source (default, env, manual, an evaluation's) is uncalibrated.
+CALIBRATED_SOURCE = re.compile(r"^calibrate \w+: .*?(\d+) impostor scores.*?; FMR (\S+) FNMR")
 REFUSED = ("nobody new was enrolled: this name or these captures are already in use. Choose another name; "
            "if you are enrolled already, use your existing identity")
 
@@ -101,3 +116,54 @@ def check_captures_fit(gate: Gate, identity_id: int, probes: list[Probe], tau: f
             raise EnrolmentError("these captures do not match your enrolled templates: nothing was added")
         if rival >= tau or (own is not None and rival >= own):
             raise AlreadyEnrolledError("these captures match someone else enrolled: nothing was added")
+
+
+def rule_of_three(impostors: int) -> float:
+    """The lowest FMR `impostors` comparisons can support: none of them false-matching bounds FMR < 3/n at 95%."""
+    return 3.0 / impostors
+
+
+def fpir(fmr: float, enrolled: int) -> float:
+    """Expected false-positive identification rate: the chance a stranger clears τ against at least one of
+    `enrolled` people, each at `fmr` independently (1 - (1 - FMR)^N, ≈ N × FMR while that is small)."""
+    return -math.expm1(enrolled * math.log1p(-fmr)) if fmr < 1.0 else float(enrolled > 0)
+
+
+def max_enrolled(fmr: float, target: float) -> int | None:
+    """The most people whose FPIR stays at or under `target` at this `fmr` (None: no bound, FMR 0)."""
+    if fmr <= 0.0:
+        return None
+    if fmr >= 1.0:
+        return 0
+    limit = math.floor(math.log1p(-target) / math.log1p(-fmr))  # the division can round one off either way
+    if fpir(fmr, limit + 1) <= target:
+        return limit + 1
+    return limit if fpir(fmr, limit) <= target else limit - 1
+
+
+def calibrated_fmr(source: str | None) -> float | None:
+    """FMR(τ) from a stored τ's source, if a calibration stored it: the measured FMR, never below the
+    rule-of-three floor 3/n of its impostor scores; None for a τ no calibration stored."""
+    found = CALIBRATED_SOURCE.search(source or "")
+    if found is None or int(found.group(1)) == 0:
+        return None
+    return max(float(found.group(2)), rule_of_three(int(found.group(1))))
+
+
+def identification_risk(tau: float, source: str | None, enrolled: int, target: float) -> dict[str, Any]:
+    """What a τ guards: N enrolled, τ, its calibrated FMR, the FPIR at N and the largest N under `target`
+    (fmr, fpir and max_enrolled None, status "uncalibrated", when no calibration stored this τ)."""
+    fmr = calibrated_fmr(source)
+    return {"enrolled": enrolled, "tau": tau, "status": "uncalibrated" if fmr is None else "calibrated",
+            "fmr": fmr, "fpir": None if fmr is None else fpir(fmr, enrolled),
+            "max_enrolled": None if fmr is None else max_enrolled(fmr, target), "target_fpir": target}
+
+
+def check_room(enrolled: int, tau: float, source: str | None, target: float) -> None:
+    """One more person must keep the FPIR at τ within `target` (EnrolmentLimitError); uncalibrated τ: allowed."""
+    risk = identification_risk(tau, source, enrolled + 1, target)
+    if risk["max_enrolled"] is not None and enrolled + 1 > risk["max_enrolled"]:
+        raise EnrolmentLimitError(
+            f"nobody new was enrolled: at τ {tau:.4f} (calibrated FMR {risk['fmr']:.1e}) this store guards at most "
+            f"{risk['max_enrolled']} people at the target false-positive identification rate {target:.2%}; one more "
+            f"would make a stranger's chance to be taken for someone {risk['fpir']:.2%}")

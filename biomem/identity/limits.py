@@ -1,19 +1,26 @@
-"""Attempt limits: a client whose probes keep matching nobody is refused for a while.
+"""Attempt limits that tell strangers from attackers (docs/gate.md).
 
-A forger climbing towards someone's template needs many tries; a person needs a few. Each
-probe that matches nobody (or fails a step-up) is a miss for every key of the client (its
-session and its address). `misses` misses inside `window` seconds start a cool-down of
-`cooldown` seconds that doubles each time the client earns another one. A refused attempt
-is rejected before any encoder runs. Matches never reset the count: an attacker could
-otherwise interleave their own face.
+A stranger at a kiosk is the normal non-owner path, not an attack: a probe that matches nobody and lands far
+below τ counts only towards the client's pace limit (`misses` per `window`, 20 a minute: a bot's pace, never a
+queue of people) and its daily budget against bulk guessing, floor(risk / (N × FMR(τ))) misses (AttemptLimits.
+budget_for): a dictionary of different faces buys at most `risk` expected false matches a day through one client.
+A near-miss (a non-match as far below τ of someone as the step-up τ lies above it, × `near`, or above τ yet not
+admitted: ambiguous, or guarded) is
+a climb's footprint: it counts per client ("near:<key>", `near_misses` per `near_window`, then a cool-down) and
+per targeted identity ("target:<id>"): that many near-misses towards one person, from any client, guard that
+person for `guard` seconds, during which only a probe at the step-up τ matches them (`protect`); everyone else
+at that device is unaffected. A failed step-up or enrolment refusal is a miss as before. A refused attempt is
+rejected before any encoder runs. Matches never reset a count: an attacker could otherwise interleave their own
+face. Cool-downs are `cooldown` seconds, doubling each time the client earns another one, up to a day.
 
 The counts live in the store, so every process and replica serving it counts the same misses
-and a cool-down outlives a restart; clients are stored as keyed digests (biomem.stores.sealing), never
-as addresses or session ids.
+and a cool-down outlives a restart; clients and targets are stored as keyed digests (biomem.stores.sealing),
+never as addresses, session ids or identity ids.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
@@ -25,6 +32,7 @@ from ..vocabulary import AttemptLimits
 
 if TYPE_CHECKING:
     from ..stores import MemoryStore
+    from .gate import GateResult
 
 log = logging.getLogger(__name__)
 
@@ -48,25 +56,30 @@ def client_tag(key: str) -> str:
 
 
 class AttemptLimiter:
-    """Per-client miss counter in the store: `check` before encoding a probe, `miss` after a non-match.
-    The clock is wall time, which processes (and replicas with synchronised clocks) agree on."""
+    """Per-client miss counter in the store: `check` before encoding a probe, `protect` on the gate's result,
+    `miss` and `near_miss` after a non-match. The clock is wall time, which processes (and replicas with
+    synchronised clocks) agree on."""
 
     def __init__(self, limits: AttemptLimits | None, store: MemoryStore,
                  clock: Callable[[], float] = time.time) -> None:
         self.limits = limits
         self.store = store
         self.clock = clock
+        self._people: tuple[str, int] | None = None
+
+    @staticmethod
+    def _keys(clients: str | Iterable[str] | None) -> list[str]:
+        """The client's keys (its session and address) as a list."""
+        return [clients] if isinstance(clients, str) else [c for c in clients or () if c]
 
     def _digests(self, clients: str | Iterable[str] | None) -> dict[str, str]:
-        """{keyed digest: key} of the client's keys (its session and address)."""
-        if clients is None:
-            return {}
-        keys = [clients] if isinstance(clients, str) else [c for c in clients if c]
-        return {self.store.sealer.digest(key.encode()): key for key in keys}
+        """{keyed digest: key} of the client's keys."""
+        return {self.store.sealer.digest(key.encode()): key for key in self._keys(clients)}
 
     def check(self, clients: str | Iterable[str] | None) -> None:
-        """Raise TooManyAttemptsError if any key of the client is cooling down."""
-        digests = self._digests(clients) if self.limits is not None else {}
+        """Raise TooManyAttemptsError if any key of the client is cooling down (for misses or near-misses)."""
+        keys = self._keys(clients)
+        digests = self._digests([*keys, *(f"near:{k}" for k in keys)]) if self.limits is not None else {}
         if not digests:
             return
         wait = self.store.attempt_wait(list(digests), self.clock())
@@ -85,6 +98,61 @@ class AttemptLimiter:
         if self.limits is None or not digests:
             return
         now = self.clock()
-        for client, end in self.store.attempt_miss(list(digests), now, self.limits, misses):
-            log.warning("client %s: %d misses in %.0f s, cool-down %.0f s", client_tag(digests[client]),
-                        self.limits.misses, self.limits.window, end - now)
+        limits = dataclasses.replace(self.limits, budget=self.limits.budget_for(self._enrolled()))
+        for client, end in self.store.attempt_miss(list(digests), now, limits, misses):
+            log.warning("client %s: %d misses in %.0f s or %d in %.0f s, cool-down %.0f s",
+                        client_tag(digests[client]), limits.misses, limits.window, limits.budget,
+                        limits.budget_window, end - now)
+
+    def _enrolled(self) -> int:
+        """How many people the store holds (the N of the budget), counted once per enrolment version."""
+        version = self.store.templates_version()
+        if self._people is None or self._people[0] != version:
+            self._people = (version, len(self.store.identities()))
+        return self._people[1]
+
+    def near_miss(self, clients: str | Iterable[str] | None, result: GateResult,
+                  step_up: Callable[[str], float]) -> list[int]:
+        """Count a non-match's near-misses: per client key ("near:<key>") and per identity it came within the
+        near band of ("target:<id>"), which guards that identity once it has `near_misses` of them. The band
+        reaches `near` × (step-up τ − τ) below τ (`step_up` gives a modality's step-up τ): an encoder's own
+        score scale; for a fused result, the narrowest of its modalities'. Returns the ids it came near."""
+        keys = self._keys(clients)
+        if self.limits is None or result.matched or not keys:  # limits apply to calls that pass a client
+            return []
+        band = self.limits.near * min(step_up(p.modality) - p.threshold for p in result.components or [result])
+        targets = [int(i) for i in result.identity_ids[result.best_scores >= result.threshold - band]]
+        if not targets:
+            return targets
+        now = self.clock()
+        rule = dataclasses.replace(self.limits, misses=self.limits.near_misses, window=self.limits.near_window)
+        near = self._digests([f"near:{k}" for k in keys])
+        for client, end in self.store.attempt_miss(list(near), now, rule, 1):
+            log.warning("client %s: %d near-misses in %.0f s, cool-down %.0f s", client_tag(near[client]),
+                        rule.misses, rule.window, end - now)
+        guard = dataclasses.replace(rule, cooldown=self.limits.guard)
+        for _, end in self.store.attempt_miss(list(self._digests([f"target:{i}" for i in targets])), now, guard, 1):
+            log.warning("an identity was targeted by %d near-misses in %.0f s: its matches need the step-up τ "
+                        "for %.0f s", rule.misses, rule.window, end - now)
+        return targets
+
+    def guarded(self, identities: Iterable[int]) -> set[int]:
+        """The identities among these whose matches need the step-up τ now (targeted by near-misses)."""
+        if self.limits is None:
+            return set()
+        now = self.clock()
+        return {i for i in identities if self.store.attempt_wait(list(self._digests(f"target:{i}")), now) > 0}
+
+    def protect(self, result: GateResult, step_up: Callable[[str], float]) -> GateResult:
+        """The gate's result with every guarded identity admitted only at its modality's step-up τ (`step_up`):
+        for a fused result, in each component. A guarded best match that falls short admits nobody (never the
+        runner-up); the result's scores are left as they were."""
+        guarded = self.guarded(result.admitted)
+        if not guarded:
+            return result
+        parts = result.components or [result]
+        kept = [i for i in result.admitted
+                if i not in guarded or all(p.score_of(i) >= step_up(p.modality) for p in parts)]
+        if result.policy == "best" and kept != result.admitted[:1]:
+            kept = []
+        return dataclasses.replace(result, admitted=kept, identity=kept[0] if kept else None)

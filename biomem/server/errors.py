@@ -23,11 +23,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..engine.messages import readable
 from ..errors import (
     AlreadyEnrolledError,
+    AmbiguousProbeError,
     AuthenticationError,
     BioMemError,
     DisclosureError,
     DuplicateLabelError,
     EnrolmentError,
+    EnrolmentLimitError,
     EnrolmentRefusedError,
     ForgetIncompleteError,
     GroupNotFoundError,
@@ -54,11 +56,13 @@ STATUS: list[tuple[type[BaseException], int]] = [
     (AuthenticationError, 401),
     (NoteNotFoundError, 404),
     (GroupNotFoundError, 404),
+    (AmbiguousProbeError, 422),  # a look-alike capture: a clearer one may pass
     (UnknownIdentityError, 403),
     (StepUpRequiredError, 403),
     (AlreadyEnrolledError, 409),
     (DuplicateLabelError, 409),
     (EnrolmentRefusedError, 409),
+    (EnrolmentLimitError, 409),  # the store is full for its τ: raise τ first
     (EnrolmentError, 422),
     (InvalidInputError, 422),  # bad input, not an image, no face, two faces, wrong modality
     (LLMError, 502),

@@ -164,11 +164,14 @@ def item(note: Note, event: str | None = None) -> dict[str, Any]:
 @router.get("/health", response_model=HealthReply, **KEPT, summary="Status (counts for an admin key only)")
 async def health(request: Request, who: Caller = Depends(maybe_caller)) -> dict[str, Any]:
     """Status and version; with an admin key also the store's counts, encoder, τ, LLM and policy, and its
-    households (`per_group`: "id: label" -> notes and member ids, as `biomem stats` shows them)."""
+    households (`per_group`: "id: label" -> notes and member ids, as `biomem stats` shows them) and what each
+    modality's τ guards (`identification`: N enrolled, calibrated FMR, expected FPIR, largest N under target)."""
     reply: dict[str, Any] = {"status": "ok", "version": __version__}
     if access.allowed("rest:store counts", who.role):
         mem, amem = engine(request)
-        reply["store"] = {**await amem.run(mem.overview), "per_group": (await amem.run(mem.stats))["per_group"]}
+        stats = await amem.run(mem.stats)
+        reply["store"] = {**await amem.run(mem.overview), "per_group": stats["per_group"],
+                          "identification": stats["identification"]}
     return reply
 
 

@@ -551,6 +551,12 @@ def calibrate_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None
     plot = gr.Image(label="Genuine vs impostor scores and DET curve, with τ", type="numpy", format="png",
                     interactive=False, elem_id="bm-cal-plot")
     table = gr.Markdown(elem_id="bm-cal-table")
+
+    def guarded() -> str:
+        return render.identification_text({m: ui.mem.identification(m)
+                                           for m in sorted({ui.mem.modality, *ui.mem.gate.modalities()})})
+
+    guards = gr.Markdown(guarded(), elem_id="bm-fpir")  # refreshed by a calibration and by storing τ
     with gr.Row(visible=ui.admin):
         store_intersection = gr.Button("Store τ (intersection, the paper's)")
         store_fmr = gr.Button("Store τ (at FMR ≤ 1e-3)")
@@ -560,23 +566,23 @@ def calibrate_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None
     def calibrate(encoder: str | None, source: str, folder: str, request: gr.Request,
                   progress: gr.Progress = gr.Progress()) -> dict[str, Any]:  # noqa: B008
         done = ui.calibrate(encoder, source, folder, progress, request)
-        return {"report": done, "view": ui.calibration_view(done)}
+        return {"report": done, "view": ui.calibration_view(done), "guards": guarded()}
 
     def shown(done: dict[str, Any] | None) -> tuple[Any, ...]:
-        return (done["report"], *done["view"]) if done else (gr.skip(),) * 3
+        return (done["report"], *done["view"], done["guards"]) if done else (gr.skip(),) * 4
 
     action(ui, [button.click], "calibrate", [Control(button, "Compute histograms and DET")], calibrate,
-           [encoder, source, folder], calibrated, shown, [calibrated], [report, plot, table],
+           [encoder, source, folder], calibrated, shown, [calibrated], [report, plot, table, guards],
            name="page:calibrate_samples", show_progress_on=[plot])
 
     def tau_stored(done: str | None) -> tuple[Any, ...]:
-        return (done, ui.encoder_table(), ui.status()) if done else (gr.skip(),) * 3
+        return (done, ui.encoder_table(), ui.status(), guarded()) if done else (gr.skip(),) * 4
 
     controls = [Control(store_intersection, "Store τ (intersection, the paper's)"),
                 Control(store_fmr, "Store τ (at FMR ≤ 1e-3)")]
     for store, which in ((store_intersection, "intersection"), (store_fmr, "fmr")):
         action(ui, [store.click], "tau", controls, functools.partial(store_tau, ui, which=which), [report], stored,
-               tau_stored, [stored], [message, registry, status], name="page:store_tau")
+               tau_stored, [stored], [message, registry, status, guards], name="page:store_tau")
 
 
 def operator_panel(ui: Controller) -> None:

@@ -284,3 +284,18 @@ def calibration_text(report: Any, current: float) -> str:
     """A calibration report's table with this store's τ for its encoder."""
     return (report.table() + f"\n\nThis store's τ for `{report.modality}`: **{current:.4f}** "
             "(the gate admits similarity ≥ τ).")
+
+
+def identification_text(risks: dict[str, dict[str, Any]]) -> str:
+    """What each modality's τ guards in 1:N identification (Biometrics.identification), one line each."""
+    lines = ["**What τ guards**: a stranger is compared with everyone enrolled, so the chance one is taken for "
+             "someone (FPIR) grows with the number of people."]
+    for name, risk in risks.items():
+        head = f"- `{name}`: {risk['enrolled']} enrolled, τ {risk['tau']:.4f}"
+        if risk["fmr"] is None:
+            lines.append(f"{head}, uncalibrated: its false-match rate is unknown, so enrolment is not limited "
+                         "(calibrate and store τ to know).")
+        else:
+            lines.append(f"{head}, calibrated FMR {risk['fmr']:.1e}: expected FPIR {risk['fpir']:.2%}; at most "
+                         f"{risk['max_enrolled']:,} people stay under the target {risk['target_fpir']:.2%}.")
+    return "\n".join(lines)
