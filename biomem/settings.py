@@ -39,6 +39,7 @@ DEFAULT_TEXT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # answer and for a tokenizer that cuts finer; at least enough for a question and one note.
 DEFAULT_PROMPT_TOKENS = 4_096
 MIN_PROMPT_TOKENS = 256
+DEFAULT_TARGET_FPIR = 0.01  # a stranger taken for someone enrolled at most once in 100 probes
 ENGINE, CLI, APP, SERVE = "engine", "CLI", "app", "serve"  # serve: `biomem serve`
 EVERYWHERE = (ENGINE, CLI, APP)
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -115,6 +116,16 @@ def _prompt_tokens(text: str) -> int:
     if not text.isdigit() or int(text) < MIN_PROMPT_TOKENS:
         raise ValueError(f"a whole number of word pieces, at least {MIN_PROMPT_TOKENS}")
     return int(text)
+
+
+def _rate(text: str) -> float:
+    try:
+        rate = float(text)
+    except ValueError:
+        raise ValueError("a rate between 0 and 1, e.g. 0.01") from None
+    if not 0.0 < rate < 1.0:
+        raise ValueError(f"a rate lies strictly between 0 and 1, got {rate}")
+    return rate
 
 
 def _taus(text: str) -> dict[str | None, float]:
@@ -210,6 +221,11 @@ class Settings:
         "`20/60/60`, cool-down doubling; budget 5,000 / enrolled people a day; 5 near-misses per 10 min",
         (ENGINE, APP),
         lambda env: _parsed(env, "BIOMEM_ATTEMPTS", AttemptLimits.parse, AttemptLimits()), argument="`limits=`")
+    target_fpir: float = _setting(
+        ("BIOMEM_TARGET_FPIR",), "the false-positive identification rate (a stranger taken for someone enrolled) "
+        "a calibrated τ must keep: enrolling past the N where 1 − (1 − FMR(τ))^N exceeds it is refused until τ is "
+        "raised; an uncalibrated τ limits nothing (see Gate)", f"`{DEFAULT_TARGET_FPIR}`", EVERYWHERE,
+        lambda env: _parsed(env, "BIOMEM_TARGET_FPIR", _rate, DEFAULT_TARGET_FPIR), argument="`mem.target_fpir`")
     prompt_tokens: int = _setting(
         ("BIOMEM_PROMPT_TOKENS",), "budget of the answer prompt in the text encoder's word pieces: the "
         "lowest-ranked notes are left out first, and the answer says how many (`omitted`)",

@@ -191,7 +191,8 @@ class Biometrics:
         (InvalidInputError), when the samples do not all show one person (InconsistentSamplesError),
         when that person is already enrolled (AlreadyEnrolledError), when the label is taken
         (DuplicateLabelError) or when one more person would take the false-positive identification rate
-        at a calibrated τ past the target (EnrolmentLimitError, never a miss). sample: mark a demo person, whom the "demo" disclosure may show.
+        at a calibrated τ past the target (EnrolmentLimitError, never a miss). sample: mark a demo
+        person, whom the "demo" disclosure may show.
         client: a requester's keys for attempt limits: the enrolment is then a gated attempt (refused
         before any encoding in a cool-down; each refusal a miss, an enrolled face FACE_TAKEN_MISSES),
         and a taken label and an enrolled face are both EnrolmentRefusedError unless `admin` (the
