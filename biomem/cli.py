@@ -156,6 +156,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             tau = save(report, mem, which=args.save, step_up=args.step_up)
             kind = "step-up τ" if args.step_up else "τ"
             print(f"saved {kind} = {tau:.4f} ({args.save}) for {args.modality} in {args.db}")
+            if not args.step_up and report.margin(tau) is not None:
+                print(f"saved ambiguity margin δ = {mem.margin(args.modality):.4f} for {args.modality}")
 
 
 def cmd_encoders(args: argparse.Namespace) -> None:
@@ -352,7 +354,7 @@ def _add_calibrate_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
     p.add_argument("--fmr", type=float, default=1e-3, help="target false-match rate")
     p.add_argument("--plot", default=None, help="write the score histograms and the DET curve to this PNG")
     p.add_argument("--save", choices=["intersection", "fmr"], default=None,
-                   help="store τ by this rule for the modality in --db")
+                   help="store τ by this rule (and the ambiguity margin δ at it) for the modality in --db")
     p.add_argument("--step-up", action="store_true",
                    help="store it as the stricter step-up τ of destructive actions (use a lower --fmr)")
     p.set_defaults(func=cmd_calibrate)

@@ -32,6 +32,11 @@ class UnknownIdentityError(BioMemError, LookupError):
     """The probe matched no enrolled identity, or an identity id does not exist."""
 
 
+class AmbiguousProbeError(UnknownIdentityError):
+    """The probe is as close to two enrolled people as the gate can tell apart (within the margin δ):
+    nobody is admitted and nothing is read or written; the error names nobody."""
+
+
 class NoteNotFoundError(BioMemError, LookupError):
     """No note with that id among the requester's notes.
 

@@ -382,9 +382,10 @@ def test_policy_best_admits_one_identity_and_all_admits_every_match(make_memory,
     mem = make_memory()
     a = mem.enroll("alice", [face_probe(ALICE, 0)])
     b = mem.enroll("bob", [face_probe(BOB, 0)])
-    mem.set_threshold(-1.0)  # everybody matches everybody
     assert mem.identify(face_probe(BOB, 1)).admitted == [b.id]
+    mem.set_threshold(-1.0)  # everybody matches everybody
     assert set(mem.identify(face_probe(BOB, 1), policy="all").admitted) == {a.id, b.id}
+    assert mem.identify(face_probe(BOB, 1)).ambiguous  # "best" cannot tell two people above τ apart
 
 
 @pytest.mark.slow

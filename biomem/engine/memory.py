@@ -28,7 +28,6 @@ from ..errors import (
     NotAuthorisedError,
     NoteNotFoundError,
     StoreCorruptError,
-    UnknownIdentityError,
 )
 from ..identity.biometrics import Biometrics, Clients
 from ..identity.disclosure import gate_view, kept_out_view, people_view
@@ -300,8 +299,7 @@ class BioMemory(Households, Biometrics):
         self.limiter.check(client)
         probes = self.probes(probe)
         gate = self.identify(probes, policy="best", client=client)
-        if gate.identity is None:
-            raise UnknownIdentityError("the probe matches no enrolled identity")
+        self.owner_of(gate)  # AmbiguousProbeError or UnknownIdentityError unless one person was admitted
         broad = self.stepped_up(probes) == gate.identity and \
             set(self.store.modalities(gate.identity)) <= {p.modality for p in probes}
         return self.sessions.open(self, gate, gate.labels[gate.identity], broad, ttl, bound_to=bound_to,

@@ -8,6 +8,7 @@ import logging
 
 from ..errors import (
     AlreadyEnrolledError,
+    AmbiguousProbeError,
     AuthenticationError,
     BioMemError,
     CorruptImageError,
@@ -43,6 +44,9 @@ from ..errors import (
 
 log = logging.getLogger("biomem.engine.messages")
 
+# the gate could not tell two enrolled people apart (biomem.identity.gate): said without naming anyone
+AMBIGUOUS = "Two enrolled people look too alike in this capture: take a clearer one."
+
 # a capture below the quality bar (modalities.quality): nothing was matched, and it is not a failed attempt
 POOR_CAPTURE = "Nothing was matched, and this does not count as a failed attempt: try again."
 
@@ -63,6 +67,7 @@ ERRORS: list[tuple[type[BaseException], str, str]] = [
     (CorruptImageError, "Damaged image", "The file is an image but cut short or damaged: save or upload it again."),
     (InvalidImageError, "Not a usable image", "The file is not an image this encoder can read."),
     (ModalityMismatchError, "Wrong kind of probe", ""),
+    (AmbiguousProbeError, "Could not tell who", AMBIGUOUS),
     (UnknownIdentityError, "Not recognised",
      "The probe matches nobody enrolled, so nothing was read or stored. Enrol first."),
     (NoteNotFoundError, "No such note", "None of your notes has that id."),
@@ -95,7 +100,7 @@ ERRORS: list[tuple[type[BaseException], str, str]] = [
 ]
 # entries whose line says all: the error's own text would add a decoder's internals, not a reason
 SELF_EXPLAINED = (NoFaceError, MultipleFacesError, NoPalmError, CorruptImageError, InvalidImageError,
-                  UnknownIdentityError, NoteNotFoundError, GroupNotFoundError)
+                  AmbiguousProbeError, UnknownIdentityError, NoteNotFoundError, GroupNotFoundError)
 LOGGED_ONLY = (LLMError, ModelUnavailableError, StoreCorruptError, KeyUnavailableError,
                ForgetIncompleteError)  # their details name servers and paths
 

@@ -3,6 +3,7 @@ verify, enrolment and added captures."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ import modalities
 
 from ..errors import (
     AlreadyEnrolledError,
+    AmbiguousProbeError,
     DuplicateLabelError,
     InconsistentSamplesError,
     InvalidInputError,
@@ -36,7 +38,7 @@ from .enrolment import (
     identification_risk,
     refusal,
 )
-from .gate import Gate, GateResult, Probe, fuse
+from .gate import DEFAULT_MARGIN, DEFAULT_MARGINS, Gate, GateResult, Probe, fuse
 from .limits import AttemptLimiter
 
 Clients = str | Sequence[str] | None  # a requester's keys for attempt limits: session, address
@@ -114,6 +116,19 @@ class Biometrics:
         check_room(len(self.gate.scores(probe)[0]), self.threshold(probe.modality), stored[1] if stored else None,
                    self.target_fpir)
 
+    def margin(self, modality: str | None = None) -> float:
+        """δ of `modality`: the calibrated ambiguity margin stored beside τ, else the encoder's default
+        (biomem.identity.gate.DEFAULT_MARGINS): a runner-up this close to the best admits nobody."""
+        name = modality or self.modality
+        stored = self.store.margin(name)
+        return stored[0] if stored else DEFAULT_MARGINS.get(name, DEFAULT_MARGIN)
+
+    def set_margin(self, delta: float, modality: str | None = None, source: str = "manual") -> None:
+        """Store δ for `modality`, for example from calibration (a cosine gap in [0, 2])."""
+        if not 0.0 <= float(delta) <= 2.0:
+            raise InvalidInputError(f"δ is a gap between cosines and must lie in [0, 2], got {delta}")
+        self.store.set_margin(modality or self.modality, float(delta), source)
+
     def probes(self, probe: Any) -> list[Probe]:
         """One or more Probes from a sample, a Probe, a Burst, a list of them, or {modality: sample}, where a
         list or tuple of frames under a modality is a Burst (biomem.identity.bursts)."""
@@ -141,23 +156,38 @@ class Biometrics:
 
         A probe of several modalities (a list, or {modality: sample}) is fused (`fusion`).
         client: the requester's keys (session, address) for attempt limits: a client in
-        cool-down is refused before any encoder runs, and a non-match counts as a miss.
+        cool-down is refused before any encoder runs, a non-match counts as a miss (and a near-miss
+        towards whoever it came close to), and an identity targeted by near-misses matches only at
+        the step-up τ for a while (biomem.identity.limits). An ambiguous
+        probe (`GateResult.ambiguous`: two enrolled people within δ) admits nobody and counts as a miss
+        too, so look-alike probes are no free oracle.
         """
         policy = policy or self.policy
         self.limiter.check(client)
         probes = self.probes(probe)
         if len(probes) == 1:
-            result = self.gate.decide(probes[0], self.threshold(probes[0].modality), policy)
+            name = probes[0].modality
+            result = self.gate.decide(probes[0], self.threshold(name), policy, self.margin(name))
         else:
-            parts = [self.gate.decide(p, self.threshold(p.modality), "all") for p in probes]
+            parts = [self.gate.decide(p, self.threshold(p.modality), "all", self.margin(p.modality)) for p in probes]
             result = fuse(parts, fusion or self.fusion, policy)
+        step_up = functools.partial(self.threshold, step_up=True)
+        result = self.limiter.protect(result, step_up)
         result.labels = {i: self.store.identity(i).label for i in result.admitted}
         if not result.matched:
             self.limiter.miss(client)
+            self.limiter.near_miss(client, result, step_up)
         return result
 
     def _owner(self, probe: Any, client: Clients = None) -> int:
-        gate = self.identify(probe, policy="best", client=client)
+        return self.owner_of(self.identify(probe, policy="best", client=client))
+
+    @staticmethod
+    def owner_of(gate: GateResult) -> int:
+        """The one person `gate` admitted, for a probe-keyed write or session; AmbiguousProbeError (naming
+        nobody) when two enrolled people were too close to tell, UnknownIdentityError when nobody matched."""
+        if gate.ambiguous:
+            raise AmbiguousProbeError("two enrolled people are within the gate's margin of this probe")
         if gate.identity is None:
             raise UnknownIdentityError("the probe matches no enrolled identity")
         return gate.identity
@@ -180,7 +210,8 @@ class Biometrics:
 
     def stepped_up(self, probes: list[Probe]) -> int | None:
         """The one identity every probe matches at the stricter step-up τ, else None (no miss counted)."""
-        decided = {self.gate.decide(p, self.threshold(p.modality, step_up=True), "best").identity for p in probes}
+        decided = {self.gate.decide(p, self.threshold(p.modality, step_up=True), "best",
+                                    self.margin(p.modality)).identity for p in probes}
         return decided.pop() if len(decided) == 1 else None
 
     def enroll(self, label: str, samples: Iterable[Any], modality: str | None = None, *,

@@ -40,6 +40,13 @@ each τ for N in FPIR_SIZES (and the store's N when given), with the largest N w
 the target. No FMR below the rule-of-three floor 3/n is credited: with n impostor scores and no false
 match, FMR < 3/n at 95%, and the data cannot show less. `save` stores the τ's FMR and n in its
 source; enrolment reads them back (biomem.identity.enrolment.calibrated_fmr).
+
+Ambiguity margin δ (identity-per-folder data only). Each image is a genuine probe against the rest: its
+top-1 is its best cosine with its own identity's other images, its top-2 the best with anyone else's. The gate
+admits nobody when the runner-up is within δ of the best (biomem.identity.gate). δ = τ − the runner-up score
+that a share 1 − MARGIN_RATE of genuine probes stay under: a genuine probe that clears τ has a gap of at
+least τ − its runner-up, so at most MARGIN_RATE of them are refused as ambiguous, and a probe whose
+runner-up scores higher than real people's runners-up do (a look-alike, a morph) is.
 """
 
 from __future__ import annotations
@@ -79,6 +86,7 @@ GRID_POINTS = 2048  # KDE evaluation grid over the score range
 # Scores are binned this finely (per kind) before the KDE: exact far below the bandwidth, fast for 200k.
 KDE_BINS = 16384
 FPIR_SIZES = (10, 100, 1_000, 10_000)  # people enrolled at which the report gives the FPIR
+MARGIN_RATE = 0.01  # genuine probes that clear τ the calibrated δ may refuse as ambiguous, at most
 
 
 @dataclass(frozen=True)
@@ -117,6 +125,8 @@ class CalibrationReport:
     refused: dict[str, str] = field(default_factory=dict)  # image path -> "ErrorClass: message"
     impostor_total: int | None = None  # cross-identity pairs available before sampling
     skipped_pairs: int = 0  # pairs-file lines left out because an image was refused
+    # per genuine probe (folder mode): its top-1 (own identity) and top-2 (anyone else) cosine; empty for pairs
+    top_two: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)), repr=False, compare=False)
 
     @property
     def eer_threshold(self) -> float:
@@ -131,6 +141,13 @@ class CalibrationReport:
     def credited_fmr(self, point: OperatingPoint) -> float:
         """The FMR a τ is credited with: its measured FMR, never below the rule-of-three floor."""
         return max(point.fmr, self.fmr_floor)
+
+    def margin(self, tau: float | None = None) -> float | None:
+        """The ambiguity margin δ at `tau` (default the paper's τ), see the module doc; None without top_two."""
+        if not self.top_two.size:
+            return None
+        tau = self.intersection.tau if tau is None else tau
+        return max(0.0, float(tau - np.quantile(self.top_two[:, 1], 1.0 - MARGIN_RATE)))
 
     def as_dict(self) -> dict[str, Any]:
         """Every number as JSON-ready values (the raw scores are left out)."""
@@ -173,6 +190,12 @@ class CalibrationReport:
             fmr = self.credited_fmr(point)
             lines.append(f"| {name} | {fmr:.2e} | " + " | ".join(f"{fpir(fmr, n):.2%}" for n in sizes)
                          + f" | {max_enrolled(fmr, target_fpir):,} |")
+        if self.top_two.size:
+            gaps = self.top_two[:, 0] - self.top_two[:, 1]
+            lines += ["", f"- ambiguity margin δ {self.margin():.4f} at the paper's τ,"
+                      f" {self.margin(self.at_fmr.tau):.4f} at FMR ≤ {self.target_fmr:g}: τ − the runner-up score"
+                      f" {1 - MARGIN_RATE:.0%} of {len(gaps):,} genuine probes stay under; their top-1 − top-2"
+                      f" gap: median {np.median(gaps):.4f}, min {gaps.min():.4f}"]
         if self.caveats:
             lines += ["", *(f"- caveat: {c}" for c in self.caveats)]
         return "\n".join(lines)
@@ -225,7 +248,8 @@ def calibrate_folder(encoder: modalities.Encoder | str, data_dir: str | Path, *,
         matrix = stack_vectors(vectors, root)
         genuine = genuine_scores(matrix, sizes)
         impostor, total = impostor_scores(matrix, sizes, max_impostors, np.random.default_rng(seed))
-        extra: dict[str, Any] = {"identities": len(sizes), "impostor_total": total}
+        extra: dict[str, Any] = {"identities": len(sizes), "impostor_total": total,
+                                 "top_two": top_two(matrix, sizes)}
     else:
         rows = read_pairs(Path(pairs))
         vectors, refused = encode_all(encoder, root, list(dict.fromkeys(p for a, b, _ in rows for p in (a, b))))
@@ -288,7 +312,28 @@ def save(report: CalibrationReport, memory: Biometrics, which: str = "intersecti
               f" scores{images}; FMR {point.fmr:.2e} FNMR {point.fnmr:.2e};"
               f" {datetime.now(timezone.utc).date().isoformat()}")
     memory.set_threshold(point.tau, report.modality, source, step_up=step_up)
+    delta = None if step_up else report.margin(point.tau)
+    if delta is not None:
+        memory.set_margin(delta, report.modality, f"calibrate {which}: τ {point.tau:.4f} − the runner-up score"
+                          f" {1 - MARGIN_RATE:.0%} of {len(report.top_two)} genuine probes stay under; {data}; "
+                          f"{datetime.now(timezone.utc).date().isoformat()}")
     return point.tau
+
+
+def top_two(matrix: np.ndarray, sizes: list[int], chunk: int = 1024) -> np.ndarray:
+    """(top-1, top-2) per genuine probe: each image's best cosine with its own identity's other images and
+    with any other identity's, for images whose identity has two or more (rows grouped by identity)."""
+    labels = np.repeat(np.arange(len(sizes)), sizes)
+    rows = np.flatnonzero(np.repeat(np.asarray(sizes) > 1, sizes))
+    out = np.empty((rows.size, 2))
+    for start in range(0, rows.size, chunk):
+        batch = rows[start:start + chunk]
+        sims = matrix[batch] @ matrix.T
+        sims[np.arange(batch.size), batch] = -np.inf  # not the image itself
+        same = labels[batch][:, None] == labels[None, :]
+        out[start:start + batch.size, 0] = np.where(same, sims, -np.inf).max(axis=1)
+        out[start:start + batch.size, 1] = np.where(same, -np.inf, sims).max(axis=1, initial=-np.inf)
+    return out
 
 
 # ---- scores -----------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """What a requester may learn from a reply: one policy for the UI, the API, the CLI and logs.
 
-"private" (the default): a requester who matched nobody learns only "no match"; a matched
+"private" (the default): a requester who matched nobody learns only "no match" (or, for a probe
+too close to two enrolled people, that the gate could not tell who is asking, naming nobody); a matched
 requester sees their own label and rounded score, their own notes, and how many notes in
 all were kept out — no other person's label, score, count or time.
 "demo": the public demo's transparent panels (every score against τ, each other owner's
@@ -20,13 +21,14 @@ DIGITS = 2  # scores are shown rounded: an exact cosine is a gradient for a forg
 def gate_view(gate: GateResult, people: dict[int, Identity], mode: str) -> dict[str, Any]:
     """The gate's decision as the requester may see it."""
     if not gate.matched and mode == "private":
-        return {"matched": False, "modality": gate.modality}
+        return {"matched": False, "modality": gate.modality, **({"ambiguous": True} if gate.ambiguous else {})}
     view: dict[str, Any] = {
         "matched": gate.matched, "identity": gate.identity,
         "label": people[gate.identity].label if gate.identity in people else None,
         "admitted": [{"identity": i, "label": people[i].label, "score": round(gate.score_of(i), DIGITS)}
                      for i in gate.admitted if i in people],
-        "threshold": round(float(gate.threshold), DIGITS), "modality": gate.modality, "policy": gate.policy}
+        "threshold": round(float(gate.threshold), DIGITS), "modality": gate.modality, "policy": gate.policy,
+        "ambiguous": gate.ambiguous}
     if mode == "demo":
         shown = [(i, s) for i, s in gate.scores.items() if i in people and people[i].sample or i in gate.admitted]
         view["scores"] = [{"identity": i, "label": people[i].label, "score": round(s, DIGITS),

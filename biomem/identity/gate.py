@@ -4,6 +4,10 @@ The paper's indicator is M_bio(m_i) = 1[cos(b_t, b_i) >= τ] per note, where b_i
 owner's biometric embedding. Every note of one owner shares that owner's templates, so we
 compare the probe with the U templates, not the N notes, and admit whole partitions.
 With several templates per owner, b_i is the set and the score is the best template.
+
+The ambiguity rule (policy "best"): when the best identity clears τ but another identity (the runner-up)
+also clears τ or comes within the margin δ of the best, the gate cannot tell who is asking and admits
+nobody (`GateResult.ambiguous`): a look-alike relative or a morph of two enrolled people is nobody's.
 """
 
 from __future__ import annotations
@@ -19,6 +23,11 @@ from ..stores import MemoryStore
 from ..stores.blas import one_thread
 from ..vocabulary import FUSIONS, POLICIES
 
+# δ per encoder until a calibrated one is stored (Biometrics.margin). face-arcface-s: `biomem calibrate` on the
+# sample faces (`biomem samples`), τ 0.4291 minus the runner-up score 99% of its 127 genuine probes stay under
+# (0.247; CalibrationReport.margin: 0.1825), rounded down; face-arcface shares its recogniser family, uncalibrated.
+DEFAULT_MARGINS = {"face-arcface-s": 0.18, "face-arcface": 0.18}
+DEFAULT_MARGIN = 0.02  # other encoders, uncalibrated: a guard against hairline wins; calibrate for a real δ
 
 @dataclass(frozen=True)
 class Probe:
@@ -49,6 +58,8 @@ class GateResult:
     labels: dict[int, str] = field(default_factory=dict)
     fusion: str | None = None  # how several modalities were combined, None for one
     components: list[GateResult] = field(default_factory=list)  # the per-modality decisions
+    margin: float = 0.0  # δ: a runner-up this close to the best makes the probe ambiguous (policy "best")
+    ambiguous: bool = False  # the best cleared τ but a runner-up was too close: nobody admitted
 
     @property
     def matched(self) -> bool:
@@ -69,19 +80,31 @@ class GateResult:
         data = {"identity": self.identity,
                 "label": self.labels.get(self.identity) if self.identity else None,
                 "admitted": self.admitted, "scores": self.scores, "threshold": self.threshold,
-                "modality": self.modality, "policy": self.policy}
+                "modality": self.modality, "policy": self.policy,
+                "margin": self.margin, "ambiguous": self.ambiguous}
         if self.fusion:
             data["fusion"] = self.fusion
             data["components"] = [c.as_dict() for c in self.components]
         return data
 
 
-def _admit(ids: np.ndarray, scores: np.ndarray, threshold: float, policy: str) -> list[int]:
+def _admit(ids: np.ndarray, scores: np.ndarray, threshold: float, policy: str,
+           margin: float = 0.0) -> tuple[list[int], bool]:
+    """(admitted identities, ambiguous): under "best" the top identity at or above τ, unless a runner-up
+    clears τ too or scores within `margin` of it (then nobody, ambiguous); under "all" everyone at or above τ."""
     if policy not in POLICIES:
         raise InvalidInputError(f"gate policy must be one of {POLICIES}, got {policy!r}")
+    if margin < 0 or not np.isfinite(margin):
+        raise InvalidInputError(f"the ambiguity margin δ must be a finite number >= 0, got {margin}")
     above = np.flatnonzero(scores >= threshold)
     above = above[np.argsort(-scores[above], kind="stable")]
-    return [int(ids[i]) for i in (above[:1] if policy == "best" else above)]
+    if policy == "all" or above.size == 0:
+        return [int(ids[i]) for i in above], False
+    best = scores[above[0]]
+    runner_up = np.max(np.delete(scores, above[0]), initial=-np.inf)
+    if runner_up >= min(threshold, best - margin):
+        return [], True
+    return [int(ids[above[0]])], False
 
 
 def fuse(results: list[GateResult], fusion: str = "all", policy: str = "best") -> GateResult:
@@ -90,7 +113,9 @@ def fuse(results: list[GateResult], fusion: str = "all", policy: str = "best") -
     "all": every given modality must match (min margin >= 0); "any": one suffices (max
     margin); "sum": the summed margins must be >= 0. An identity with no template of a
     given modality has margin -inf there. The fused result's scores are the fused margins
-    and its threshold is 0.
+    and its threshold is 0. The ambiguity rule runs on the fused margins with the per-modality
+    δ_m combined the same way (min, max or sum): a runner-up whose fused margin is >= 0 or within
+    that δ of the best's makes the probe ambiguous.
     """
     if fusion not in FUSIONS:
         raise InvalidInputError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
@@ -100,11 +125,12 @@ def fuse(results: list[GateResult], fusion: str = "all", policy: str = "best") -
         row[np.searchsorted(ids, result.identity_ids)] = result.best_scores - result.threshold
     combine = {"all": np.min, "any": np.max, "sum": np.sum}[fusion]
     fused = combine(margins, axis=0) if len(ids) else np.zeros(0)
-    admitted = _admit(ids, fused, 0.0, policy)
+    margin = float(combine([r.margin for r in results]))
+    admitted, ambiguous = _admit(ids, fused, 0.0, policy, margin)
     return GateResult(identity=admitted[0] if admitted else None, admitted=admitted,
                       identity_ids=ids, best_scores=fused, threshold=0.0,
                       modality="+".join(r.modality for r in results), policy=policy,
-                      fusion=fusion, components=results)
+                      fusion=fusion, components=results, margin=margin, ambiguous=ambiguous)
 
 
 class Gate:
@@ -148,10 +174,11 @@ class Gate:
         starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])  # templates sorted by identity
         return ids[starts], np.maximum.reduceat(sims, starts)
 
-    def decide(self, probe: Probe, threshold: float, policy: str = "best") -> GateResult:
-        """Admit the best identity at or above τ ("best"), or every such identity ("all")."""
+    def decide(self, probe: Probe, threshold: float, policy: str = "best", margin: float = 0.0) -> GateResult:
+        """Admit the best identity at or above τ unless a runner-up is within `margin` δ of it or clears
+        τ too ("best"), or every identity at or above τ ("all")."""
         ids, best = self.scores(probe)
-        admitted = _admit(ids, best, threshold, policy)
+        admitted, ambiguous = _admit(ids, best, threshold, policy, margin)
         return GateResult(identity=admitted[0] if admitted else None, admitted=admitted,
                           identity_ids=ids, best_scores=best, threshold=threshold,
-                          modality=probe.modality, policy=policy)
+                          modality=probe.modality, policy=policy, margin=margin, ambiguous=ambiguous)

@@ -15,6 +15,7 @@ import unicodedata
 from datetime import datetime
 from typing import Any
 
+from ..engine.messages import AMBIGUOUS
 from ..identity.enrolment import HIDDEN_CATEGORIES
 
 MAX_SCORE_ROWS = 8  # identities listed in a gate panel (the rest are summarised)
@@ -91,6 +92,8 @@ def gate_html(gate: dict[str, Any] | None) -> str:
     if gate["matched"]:
         who = ", ".join(isolated(a["label"]) for a in gate["admitted"])
         head = f"<div class='bm-verdict bm-ok'>✓ Matched <b>{who}</b> — only their memories may be read</div>"
+    elif gate.get("ambiguous"):  # two enrolled people too alike: nobody is named, a better capture is asked for
+        head = f"<div class='bm-verdict bm-no'>✗ Could not tell who is asking — {esc(AMBIGUOUS)}</div>"
     else:
         head = "<div class='bm-verdict bm-no'>✗ No match — nobody's memories are read</div>"
     scores = gate.get("scores")
@@ -206,6 +209,8 @@ def panel_html(result: dict[str, Any] | None, with_answer: bool = False) -> str:
 
 def asker(gate: dict[str, Any]) -> str:
     """Who asked, as the gate decided: "Ana (similarity 0.81 ≥ τ 0.43)" or "unrecognised"."""
+    if gate.get("ambiguous"):
+        return f"✗ **Could not tell who is asking**: {AMBIGUOUS} (no memory is read or stored)"
     if not gate["matched"]:
         return "✗ **Unrecognised requester** (no match: no memory is read or stored)"
     own = gate["admitted"][0]["score"]
