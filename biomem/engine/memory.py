@@ -452,7 +452,7 @@ class BioMemory(Households, Biometrics):
         return note
 
     def history(self, note_id: int, *, probe: Any, client: Clients = None) -> list[dict[str, Any]]:
-        """Every add/update/evolve/delete of a note the requester may read, oldest first, with the note's
+        """Every add/update/evolve/unevolve/delete of a note the requester may read, oldest first, with the note's
         fields before and after each and who made it (`actor`); for a deleted note only events and times
         (before/after None) unless it was deleted with keep_history=True."""
         note_id = check_id(note_id)
