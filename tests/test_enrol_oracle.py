@@ -48,7 +48,7 @@ TRIES = 100
 
 @pytest.fixture
 def limited(make_memory, face_probe, clock):
-    """Ana enrolled; the default attempt limits (20 misses in 10 minutes) on a clock that stands still."""
+    """Ana enrolled; the default attempt limits (20 misses a minute, the pace limit) on a clock that stands still."""
     mem = make_memory()
     ana = mem.enroll(ANA_LABEL, [face_probe(ANA, 0), face_probe(ANA, 1)])
     mem.limiter = AttemptLimiter(AttemptLimits(), mem.store, clock=clock)

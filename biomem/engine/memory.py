@@ -79,7 +79,8 @@ class BioMemory(Households, Biometrics):
         "any" suffices, or "sum" of the margins above each τ.
     disclosure: "private" or "demo" (see biomem.identity.disclosure; default $BIOMEM_DISCLOSURE, else "private",
         "demo" on a Space); "demo" on a store with real enrolments needs force_disclosure=True.
-    limits: attempt limits per client (default $BIOMEM_ATTEMPTS or 20 misses per 10 minutes),
+    limits: attempt limits per client (default $BIOMEM_ATTEMPTS or 20 misses a minute, a daily budget and
+        near-miss guards, see biomem.identity.limits),
         "off" for none; they apply to calls that pass client=.
     prompt_tokens: the answer prompt's budget in the text encoder's word pieces (default
         $BIOMEM_PROMPT_TOKENS or 4,096): the lowest-ranked notes are left out first (Answer.omitted).
