@@ -62,8 +62,8 @@ def test_a_stranger_is_refused_after_the_miss_limit_even_with_a_new_session(demo
             assert ask(client, stranger)["gate"] == {"matched": False, "modality": "face-arcface-s"}
         encodes = []
         encoder = mem.encoder("face-arcface-s")
-        original = encoder.encode
-        encoder.encode = lambda image: encodes.append(1) or original(image)  # count encoder work
+        original = encoder.capture  # a live probe is encoded through the quality gate: count encoder work
+        encoder.capture = lambda image, quality="probe": encodes.append(1) or original(image, quality)
         try:
             with pytest.raises(AppError) as caught:
                 ask(client, stranger)
@@ -71,7 +71,7 @@ def test_a_stranger_is_refused_after_the_miss_limit_even_with_a_new_session(demo
             with pytest.raises(AppError, match="Try again"):  # a fresh session from the same address
                 ask(Client(served.url, verbose=False), stranger)
         finally:
-            encoder.encode = original
+            del encoder.capture
         assert encodes == []  # refused before any encoder ran
         assert cached_images(served.cache) == []  # and the refused probes were deleted
 

@@ -51,15 +51,15 @@ def test_a_session_reuses_the_gate_decision_instead_of_encoding_again(family, ca
     mem, alice, _ = family
     encoder = mem.encoder()
     calls = []
-    original = encoder.encode
-    encoder.encode = lambda image: calls.append(1) or original(image)
+    original = encoder.capture  # a live probe is encoded through the quality gate
+    encoder.capture = lambda image, quality="probe": calls.append(1) or original(image, quality)
     try:
         me = mem.session(capture(ALICE, 4))
         for question in ("my PIN", "locker", "anything else"):
             me.search(question)
         me.ask("What is my PIN?")
     finally:
-        del encoder.encode
+        del encoder.capture
     assert len(calls) == 1
 
 
@@ -83,7 +83,8 @@ def test_a_change_in_a_session_verifies_its_fresh_probe_once(family, capture, mo
     note = me.add("Temporary note")
     encoder, limiter = mem.encoder(), mem.limiter
     encodes, checks = [], []
-    monkeypatch.setattr(encoder, "encode", lambda image, encode=encoder.encode: encodes.append(1) or encode(image))
+    monkeypatch.setattr(encoder, "capture", lambda image, quality="probe", capture=encoder.capture:
+                        encodes.append(1) or capture(image, quality))
     monkeypatch.setattr(limiter, "check", lambda clients, check=limiter.check: checks.append(1) or check(clients))
     assert me.update(note.id, "Changed note", probe=capture(ALICE, 0)).content == "Changed note"
     assert (len(encodes), len(checks)) == (1, 1)
