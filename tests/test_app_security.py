@@ -23,6 +23,7 @@ from biomem.engine.demo import DEMO_PEOPLE, build_demo, demo_capture, demo_house
 from biomem.engine.keys import create_key
 from biomem.ui import Controller, uploads
 from biomem.ui.messages import friendly
+from tests.test_access import call_event
 from tests.test_app import QUESTION, cached_images, served_app, upload
 
 pytestmark = pytest.mark.filterwarnings("ignore::Warning:gradio.queueing")
@@ -183,18 +184,6 @@ def test_demo_disclosure_shows_sample_people_but_never_a_real_enrolment(demo_sto
 
 
 
-def queued(url: str, fn_index: int, data: list, session: str) -> dict:
-    """One page event posted the way an outsider would: to Gradio's queue, no browser, no key; its last message."""
-    joined = httpx.post(f"{url}gradio_api/queue/join", json={
-        "data": data, "fn_index": fn_index, "session_hash": session, "event_data": None, "trigger_id": None})
-    assert joined.status_code == 200, joined.text
-    with httpx.stream("GET", f"{url}gradio_api/queue/data?session_hash={session}", timeout=120) as events:
-        for line in events.iter_lines():
-            if line.startswith("data:") and '"process_completed"' in line:
-                return json.loads(line[5:])
-    raise AssertionError(f"event {fn_index} never completed")
-
-
 def test_outsiders_posting_the_household_events_learn_nothing_of_a_household(tmp_path, text_encoder, face_encoder):
     """The household events (list one's households, found, join, remember into one) posted straight to the
     queue on a store with keys, so the caller's role is public: without a probe, as a stranger, and as Zoe
@@ -223,7 +212,7 @@ def test_outsiders_posting_the_household_events_learn_nothing_of_a_household(tmp
             return {"path": uploaded, "meta": {"_type": "gradio.FileData"}}
 
         def post(name: str, data: list, session: str) -> str:
-            reply = json.dumps(queued(served.url, door[name], data, session))
+            reply = json.dumps(call_event(served.url, door[name], data, session))
             assert not [word for word in secrets_ if word in reply], reply
             return reply
 
@@ -240,7 +229,7 @@ def test_outsiders_posting_the_household_events_learn_nothing_of_a_household(tmp
         # Zoe, in no household: her list is empty, and Home is as absent as a household that never was
         listed = post("page:households", [zoe(), face], "zoe")
         assert '"success": true' in listed
-        offered = queued(served.url, door["page:households"] + 1, [None], "zoe")  # the event that shows the list
+        offered = call_event(served.url, door["page:households"] + 1, [None], "zoe")  # the event that shows the list
         assert "Zoe** belongs to no household yet" in json.dumps(offered)
         assert not [word for word in secrets_ if word in json.dumps(offered)]
         errors = {label: json.loads(post("page:join_household", [label, zoe(), None, stranger(), None, face],

@@ -365,10 +365,14 @@ async def ask(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]
 
 # ---- households ---------------------------------------------------------------------------------------
 
-def no_session(request: Request, action: str) -> None:
-    """A household change is proved by fresh probes in the body alone: a session header is refused, not ignored."""
+async def household_change(request: Request, model: type[Body], who: Caller, mem: BioMemory,
+                           action: str) -> tuple[Any, Any]:
+    """(body, its fresh probe) of a household change, which fresh probes in the body alone prove: a session
+    header is refused, not ignored."""
     if request.headers.get(SESSION_HEADER):
         raise InvalidInputError(f"{action} takes fresh probes in the body, not an {SESSION_HEADER} header")
+    body = await parse(request, model, who, mem)
+    return body, fresh_probe(body, action)
 
 
 def membership(group_id: int, member_id: int, after: Group | None) -> dict[str, Any]:
@@ -382,9 +386,7 @@ def membership(group_id: int, member_id: int, after: Group | None) -> dict[str, 
 async def create_group(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
     """A new household founded by the person a fresh step-up probe proves."""
     mem, amem = engine(request)
-    no_session(request, "Founding a household")
-    body = await parse(request, GroupBody, who, mem)
-    probe = fresh_probe(body, "Founding a household")
+    body, probe = await household_change(request, GroupBody, who, mem, "Founding a household")
     group = await amem.run(mem.create_group, body.fields.label, probe=probe, client=who.clients)
     return group.as_dict()
 
@@ -408,9 +410,7 @@ async def my_groups(request: Request, who: Caller = Depends(caller)) -> dict[str
 async def add_member(request: Request, group_id: int = GroupId, who: Caller = Depends(caller)) -> dict[str, Any]:
     """A member (`probe`) brings the newcomer in, who shows up in person (`member_probe`)."""
     mem, amem = engine(request)
-    no_session(request, "Adding someone to a household")
-    body = await parse(request, MemberBody, who, mem)
-    probe = fresh_probe(body, "Adding someone to a household")
+    body, probe = await household_change(request, MemberBody, who, mem, "Adding someone to a household")
     if body.member_probe is None:
         raise StepUpRequiredError("Adding someone to a household needs the newcomer's own fresh probe "
                                   "(`member_probe`): nobody joins without showing up. Nothing was changed")
@@ -426,9 +426,7 @@ async def remove_member(request: Request, group_id: int = GroupId, member_id: in
                         who: Caller = Depends(caller)) -> dict[str, Any]:
     """Any member may take anyone out; the last member leaving erases the household and its notes."""
     mem, amem = engine(request)
-    no_session(request, "Removing a member")
-    body = await parse(request, ProbeBody, who, mem)
-    probe = fresh_probe(body, "Removing a member")
+    _, probe = await household_change(request, ProbeBody, who, mem, "Removing a member")
     after = await amem.run(mem.remove_member, group_id, member_id, probe=probe, client=who.clients)
     return membership(group_id, member_id, after)
 
@@ -438,9 +436,7 @@ async def remove_member(request: Request, group_id: int = GroupId, member_id: in
 async def delete_group(request: Request, group_id: int = GroupId, who: Caller = Depends(caller)) -> dict[str, Any]:
     """Erase a household: its notes, links and history, as forgetting a person erases theirs."""
     mem, amem = engine(request)
-    no_session(request, "Deleting a household")
-    body = await parse(request, ProbeBody, who, mem)
-    probe = fresh_probe(body, "Deleting a household")
+    _, probe = await household_change(request, ProbeBody, who, mem, "Deleting a household")
     return {"id": await amem.run(mem.delete_group, group_id, probe=probe, client=who.clients), "deleted": True}
 
 

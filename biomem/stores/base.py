@@ -13,7 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, UnknownIdentityError
 from ..settings import Settings
 from ..vocabulary import AttemptLimits
 from .filters import Filter
@@ -157,6 +157,25 @@ class MemoryStore(Protocol):
     def import_rows(self, table: str, rows: Iterable[tuple]) -> None: ...
     def id_floor(self, table: str) -> int: ...
     def set_id_floor(self, table: str, floor: int) -> None: ...
+
+
+class Derived:
+    """What both stores derive from their own primitives the same way: a person among owners, the margin δ
+    through the thresholds row."""
+
+    identity: Any
+    set_threshold: Any
+
+    def person(self, identity_id: int) -> Identity:
+        """The enrolled person `identity_id`; UnknownIdentityError for a group or nobody."""
+        found = self.identity(identity_id)
+        if found.kind != "person":
+            raise UnknownIdentityError(f"no person with id {identity_id}")
+        return found
+
+    def set_margin(self, modality: str, delta: float, source: str) -> None:
+        """Store the gate's ambiguity margin δ of `modality` beside its τ."""
+        self.set_threshold(modality, delta, source, column="delta")
 
 
 class SealedTemplates:

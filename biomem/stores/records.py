@@ -123,6 +123,17 @@ def metadata_json(metadata: dict[str, Any]) -> str:
     return json.dumps(metadata, sort_keys=True, ensure_ascii=False)
 
 
+# A history row as history_row writes it, in this column order.
+HISTORY_COLUMNS = "owner_id, note_id, event, before, after, at, actor_id, cause_id"
+
+
+def history_row(owner_id: int, note_id: int, event: str, before: dict | None, after: dict | None,
+                actor: int | None = None, cause: int | None = None) -> list[Any]:
+    """The HISTORY_COLUMNS values of one event: what the note said before and after (snapshots), now."""
+    return [owner_id, note_id, event, json.dumps(snapshot(before)) if before else None,
+            json.dumps(snapshot(after)) if after else None, now_iso(), actor, cause]
+
+
 def history_events(rows: list[tuple]) -> list[dict[str, Any]]:
     """History rows (id, note_id, event, before, after, at, actor_id) as the engine returns them."""
     return [{"id": r[0], "note_id": r[1], "event": r[2], "before": json.loads(r[3]) if r[3] else None,

@@ -18,7 +18,16 @@ import psycopg
 
 from ...errors import NoteNotFoundError
 from ..filters import Filter, compile_filter
-from ..records import NOTE_COLUMNS, Identity, Note, authorship, check_id, history_events, now_iso, snapshot
+from ..records import (
+    HISTORY_COLUMNS,
+    NOTE_COLUMNS,
+    Identity,
+    Note,
+    authorship,
+    check_id,
+    history_events,
+    history_row,
+)
 
 
 def as_array(vector: Any) -> np.ndarray:
@@ -260,10 +269,8 @@ class PgNoteRows:
     def _record(conn: psycopg.Connection, owner_id: int, note_id: int, event: str,
                 before: dict | None, after: dict | None, actor: int | None = None,
                 cause: int | None = None) -> None:
-        conn.execute("INSERT INTO history (owner_id, note_id, event, before, after, at, actor_id, cause_id) "
-                     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                     [owner_id, note_id, event, json.dumps(snapshot(before)) if before else None,
-                      json.dumps(snapshot(after)) if after else None, now_iso(), actor, cause])
+        conn.execute(f"INSERT INTO history ({HISTORY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                     history_row(owner_id, note_id, event, before, after, actor, cause))
 
     def add_links(self, owner_id: int, source_id: int, target_ids: Iterable[int]) -> None:
         """Link an owned note to other notes of the same owner (the foreign keys refuse others)."""

@@ -24,7 +24,7 @@ from ...errors import DuplicateLabelError, StoreCorruptError, UnknownIdentityErr
 from ...settings import Settings
 from ...vocabulary import AttemptLimits
 from ..attempts import record_misses
-from ..base import COLUMNS, KEYS, THRESHOLD_COLUMNS, SealedTemplates, SearchIndex, without_password
+from ..base import COLUMNS, KEYS, THRESHOLD_COLUMNS, Derived, SealedTemplates, SearchIndex, without_password
 from ..groups import emptied_groups, erase_from_groups
 from ..records import GROUP_KEY_PREFIX, Group, Identity, check_id, metadata_json, now_iso
 from ..sealing import Sealer
@@ -36,7 +36,7 @@ from .search import DatabaseSearch
 VECTOR_INDEX = "CREATE INDEX notes_hnsw ON notes USING hnsw (embedding vector_ip_ops)"
 
 
-class PostgresStore(PgNoteRows, SealedTemplates):
+class PostgresStore(PgNoteRows, SealedTemplates, Derived):
     """The store in a PostgreSQL database (pgvector >= 0.8); every public method is one transaction.
 
     url: postgresql://user[:password]@host[:port]/db (or with ?host=/socket/dir). The user must own
@@ -234,9 +234,6 @@ class PostgresStore(PgNoteRows, SealedTemplates):
             row = conn.execute("SELECT delta, delta_source FROM thresholds WHERE modality = %s", [modality]).fetchone()
         return (float(row[0]), row[1]) if row and row[0] is not None else None
 
-    def set_margin(self, modality: str, delta: float, source: str) -> None:
-        self.set_threshold(modality, delta, source, column="delta")
-
     # identities and templates
     def add_identity(self, label: str, modality: str, templates: np.ndarray, *, sample: bool = False) -> Identity:
         """A new identity (its id is never reused); DuplicateLabelError if the label is taken."""
@@ -323,13 +320,6 @@ class PostgresStore(PgNoteRows, SealedTemplates):
 
     def templates_version(self) -> str:
         return self.get_meta("templates_version", "0")
-
-    def person(self, identity_id: int) -> Identity:
-        """The enrolled person `identity_id`; UnknownIdentityError for a group or nobody."""
-        found = self.identity(identity_id)
-        if found.kind != "person":
-            raise UnknownIdentityError(f"no person with id {identity_id}")
-        return found
 
     def identity(self, identity_id: int) -> Identity:
         """The owner `identity_id`, a person or a group; UnknownIdentityError when there is none."""

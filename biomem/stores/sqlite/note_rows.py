@@ -19,6 +19,7 @@ import sqlite_utils
 from ...errors import NoteNotFoundError
 from ..filters import Filter, compile_filter
 from ..records import (
+    HISTORY_COLUMNS,
     NOTE_COLUMNS,
     Identity,
     Note,
@@ -26,8 +27,7 @@ from ..records import (
     check_id,
     from_blob,
     history_events,
-    now_iso,
-    snapshot,
+    history_row,
     to_blob,
 )
 
@@ -285,10 +285,8 @@ class NoteRows:
     def _record(db: sqlite_utils.Database, owner_id: int, note_id: int, event: str,
                 before: dict | None, after: dict | None, actor: int | None = None,
                 cause: int | None = None) -> None:
-        db.execute("INSERT INTO history (owner_id, note_id, event, before, after, at, actor_id, cause_id) "
-                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                   [owner_id, note_id, event, json.dumps(snapshot(before)) if before else None,
-                    json.dumps(snapshot(after)) if after else None, now_iso(), actor, cause])
+        db.execute(f"INSERT INTO history ({HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                   history_row(owner_id, note_id, event, before, after, actor, cause))
 
     def add_links(self, owner_id: int, source_id: int, target_ids: Iterable[int]) -> None:
         """Link an owned note to other notes of the same owner (the trigger refuses others)."""

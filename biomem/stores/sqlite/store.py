@@ -27,7 +27,7 @@ from ...errors import DuplicateLabelError, ForgetIncompleteError, StoreCorruptEr
 from ...settings import Settings
 from ...vocabulary import AttemptLimits
 from ..attempts import record_misses
-from ..base import COLUMNS, KEYS, THRESHOLD_COLUMNS, SealedTemplates, SearchIndex
+from ..base import COLUMNS, KEYS, THRESHOLD_COLUMNS, Derived, SealedTemplates, SearchIndex
 from ..groups import emptied_groups, erase_from_groups
 from ..partitions import HNSW_THRESHOLD, Partitions
 from ..records import GROUP_KEY_PREFIX, Group, Identity, check_id, now_iso
@@ -39,7 +39,7 @@ from .schema import SCHEMA, SCHEMA_VERSION, V5_COLUMNS, V6_COLUMNS, statements
 log = logging.getLogger(__name__)
 
 
-class Store(NoteRows, SealedTemplates):
+class Store(NoteRows, SealedTemplates, Derived):
     """Typed access to the SQLite file; every public method is atomic and thread-safe.
 
     key: the 32-byte key that seals templates (default: `settings`' BIOMEM_KEY or key file, see
@@ -220,9 +220,6 @@ class Store(NoteRows, SealedTemplates):
                                   [modality]).fetchone()
         return (float(row[0]), row[1]) if row and row[0] is not None else None
 
-    def set_margin(self, modality: str, delta: float, source: str) -> None:
-        self.set_threshold(modality, delta, source, column="delta")
-
     def calibrated(self) -> list[str]:
         """Modalities with a stored τ (calibrated or set by hand)."""
         with self.lock:
@@ -320,13 +317,6 @@ class Store(NoteRows, SealedTemplates):
 
     def templates_version(self) -> str:
         return self.get_meta("templates_version", "0")
-
-    def person(self, identity_id: int) -> Identity:
-        """The enrolled person `identity_id`; UnknownIdentityError for a group or nobody."""
-        found = self.identity(identity_id)
-        if found.kind != "person":
-            raise UnknownIdentityError(f"no person with id {identity_id}")
-        return found
 
     def identity(self, identity_id: int) -> Identity:
         """The owner `identity_id`, a person or a group; UnknownIdentityError when there is none."""
