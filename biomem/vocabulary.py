@@ -31,7 +31,7 @@ class AttemptLimits:
     budget: int | None = None  # misses per budget_window; None: budget_for(N), from the store's false-match risk
     budget_window: float = 86_400.0
     risk: float = 0.5  # expected false matches a client's budget of strangers' faces may buy per budget_window
-    fmr: float = 1e-4  # the false-match rate at τ (biomem calibrate --fmr 1e-4 --save fmr)
+    fmr: float = 1e-4  # the false-match rate at τ where no calibration stored one (the stored one wins)
     near: float = 1.0  # the near-miss band below τ, in units of (step-up τ − τ): 0.07 for face-arcface-s
     near_misses: int = 5
     near_window: float = 600.0

@@ -10,6 +10,7 @@ import pytest
 
 from biomem import BioMemory
 from biomem.errors import TooManyAttemptsError
+from biomem.identity.calibrate import calibrate_scores, save
 from biomem.identity.gate import Probe
 from biomem.identity.limits import AttemptLimiter
 from biomem.vocabulary import AttemptLimits
@@ -112,6 +113,25 @@ def test_a_dictionary_of_faces_is_bounded_by_the_false_match_budget(kiosk, face_
     assert refused_at == budget + 1
     assert served == budget + 3  # past the budget, one guess per cool-down: after 60, 120 and 240 s, then 480 s
     assert mem.identify(face_probe(ANA, 2), client="address:203.0.113.9").identity == ana  # other devices: served
+
+
+def test_the_budget_takes_the_false_match_rate_a_calibration_stored(kiosk, face_probe, clock):
+    mem, _, _ = kiosk
+    modality = face_probe(ANA, 0).modality
+    rng = np.random.default_rng(1)
+    report = calibrate_scores(rng.normal(0.75, 0.05, 300), rng.normal(0.05, 0.08, 3_000), modality=modality)
+    save(report, mem)  # 3,000 impostor scores support no FMR below 3/3,000 = 1e-3: ten times the setting's 1e-4
+    assert mem.identification(modality)["fmr"] == pytest.approx(1e-3)
+    budget = int(mem.limiter.limits.risk / (2 * 1e-3))
+    assert budget == 250
+    refused_at = None
+    for query in range(1, budget + 5):
+        clock.now += 4
+        try:
+            mem.identify(Probe(rng.normal(size=512), modality), client="address:198.51.100.10")
+        except TooManyAttemptsError:
+            refused_at = refused_at or query
+    assert refused_at == budget + 1
 
 
 def test_a_cool_down_and_a_guard_outlive_a_new_process(database, text_encoder, face_encoder, face_probe, clock):

@@ -3,7 +3,8 @@
 A stranger at a kiosk is the normal non-owner path, not an attack: a probe that matches nobody and lands far
 below τ counts only towards the client's pace limit (`misses` per `window`, 20 a minute: a bot's pace, never a
 queue of people) and its daily budget against bulk guessing, floor(risk / (N × FMR(τ))) misses (AttemptLimits.
-budget_for): a dictionary of different faces buys at most `risk` expected false matches a day through one client.
+budget_for), with the FMR a calibration stored beside τ (the `fmr` setting where none did): a dictionary of
+different faces buys at most `risk` expected false matches a day through one client.
 A near-miss (a non-match as far below τ of someone as the step-up τ lies above it, × `near`, or above τ yet not
 admitted: ambiguous, or guarded) is
 a climb's footprint: it counts per client ("near:<key>", `near_misses` per `near_window`, then a cool-down) and
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import TooManyAttemptsError
 from ..vocabulary import AttemptLimits
+from .enrolment import calibrated_fmr
 
 if TYPE_CHECKING:
     from ..stores import MemoryStore
@@ -98,18 +100,24 @@ class AttemptLimiter:
         if self.limits is None or not digests:
             return
         now = self.clock()
-        limits = dataclasses.replace(self.limits, budget=self.limits.budget_for(self._enrolled()))
+        enrolled, fmr = self._exposure()
+        measured = dataclasses.replace(self.limits, fmr=fmr)
+        limits = dataclasses.replace(measured, budget=measured.budget_for(enrolled))
         for client, end in self.store.attempt_miss(list(digests), now, limits, misses):
             log.warning("client %s: %d misses in %.0f s or %d in %.0f s, cool-down %.0f s",
                         client_tag(digests[client]), limits.misses, limits.window, limits.budget,
                         limits.budget_window, end - now)
 
-    def _enrolled(self) -> int:
-        """How many people the store holds (the N of the budget), counted once per enrolment version."""
+    def _exposure(self) -> tuple[int, float]:
+        """(N, FMR) of the daily budget: the people the store holds (counted once per enrolment version) and the
+        highest false-match rate a calibration stored with an enrolled modality's τ (the rule-of-three floor
+        included), else the `fmr` setting for a store whose τ no calibration measured."""
         version = self.store.templates_version()
         if self._people is None or self._people[0] != version:
             self._people = (version, len(self.store.identities()))
-        return self._people[1]
+        stored = [self.store.threshold(modality) for modality in self.store.modalities()]
+        rates = [rate for rate in (calibrated_fmr(s[1]) for s in stored if s) if rate is not None]
+        return self._people[1], max(rates, default=self.limits.fmr)
 
     def near_miss(self, clients: str | Iterable[str] | None, result: GateResult,
                   step_up: Callable[[str], float]) -> list[int]:
