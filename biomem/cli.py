@@ -35,6 +35,13 @@ def _memory(args: argparse.Namespace):  # noqa: ANN202 - BioMemory, imported laz
                                                        llm=args.llm, policy=args.policy))
 
 
+def _store_exists(db: str) -> bool:
+    """Whether --db names a store that is there already: a PostgreSQL URL, or an SQLite file on disk."""
+    from .stores import is_postgres, sqlite_path
+
+    return is_postgres(db) or sqlite_path(db).exists()
+
+
 def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
@@ -148,11 +155,15 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     from .identity.calibrate import calibrate_folder, save
 
     report = calibrate_folder(args.modality, args.data, pairs=args.pairs, fmr=args.fmr)
-    print(report.table())
     if args.plot:
         print(f"histograms and DET curve: {calibration_plot.plot(report, args.plot)}")
-    if args.save:
-        with _memory(args) as mem:
+    if not (args.save or _store_exists(args.db)):
+        print(report.table())  # no store to size the FPIR columns for, and calibrating makes none
+        return
+    with _memory(args) as mem:
+        risk = mem.identification(args.modality)
+        print(report.table(enrolled=risk["enrolled"] or None, target_fpir=risk["target_fpir"]))  # and the store's N
+        if args.save:
             tau = save(report, mem, which=args.save, step_up=args.step_up)
             kind = "step-up τ" if args.step_up else "τ"
             print(f"saved {kind} = {tau:.4f} ({args.save}) for {args.modality} in {args.db}")

@@ -136,3 +136,15 @@ def test_calibrate_prints_tau_plots_and_saves_it(tmp_path, capture, capsys):
     tau = stats["modalities"]["face-arcface-s"]
     # calibrated: between ArcFace's impostor (< 0.25) and genuine (> 0.6) scores, not the default
     assert tau != modalities.info("face-arcface-s").default_threshold and 0.25 < tau < 0.6
+    # on a store with people enrolled, the table sizes the false-positive identification rate for its N ...
+    home = ["--db", str(tmp_path / "home.db")]
+    code, _, err = run(capsys, *home, "enroll", "Ana", str(data / "person0" / "0.png"), str(data / "person0" / "1.png"))
+    assert code == 0, err
+    code, out, _ = run(capsys, *home, "calibrate", "--modality", "face-arcface-s", "--data", str(data))
+    assert code == 0 and "FPIR N=1 (store)" in out and "saved" not in out
+    assert json.loads(run(capsys, *home, "stats")[1])["modalities"]["face-arcface-s"] == pytest.approx(
+        modalities.info("face-arcface-s").default_threshold)  # without --save nothing is stored
+    # ... and calibrating without --save against a store that is not there makes none
+    code, out, _ = run(capsys, "--db", str(tmp_path / "none.db"), "calibrate", "--modality", "face-arcface-s",
+                       "--data", str(data))
+    assert code == 0 and "(store)" not in out and not (tmp_path / "none.db").exists()
