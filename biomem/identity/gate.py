@@ -23,11 +23,13 @@ from ..stores import MemoryStore
 from ..stores.blas import one_thread
 from ..vocabulary import FUSIONS, POLICIES
 
-# δ per encoder until a calibrated one is stored (Biometrics.margin). face-arcface-s: `biomem calibrate` on the
-# sample faces (`biomem samples`), τ 0.4291 minus the runner-up score 99% of its 127 genuine probes stay under
-# (0.247; CalibrationReport.margin: 0.1825), rounded down; face-arcface shares its recogniser family, uncalibrated.
-DEFAULT_MARGINS = {"face-arcface-s": 0.18, "face-arcface": 0.18}
-DEFAULT_MARGIN = 0.02  # other encoders, uncalibrated: a guard against hairline wins; calibrate for a real δ
+# δ per encoder until a calibrated one is stored (Biometrics.margin), from `calibrate_samples` (docs/gate.md):
+# face-arcface-s: τ 0.4291 minus the runner-up score 99% of its genuine probes stay under (0.247), rounded down;
+# face-arcface shares its recogniser family, uncalibrated (no weights offline). face-dlib: 0.0198 at its
+# intersection τ 0.9706 (0 at the default τ 0.95, where runner-ups clear τ: the τ half of the rule decides);
+# palm-compcode: 0 at both τ (runner-ups reach 0.40); both keep DEFAULT_MARGIN as a guard against hairline wins.
+DEFAULT_MARGINS = {"face-arcface-s": 0.18, "face-arcface": 0.18, "face-dlib": 0.02, "palm-compcode": 0.02}
+DEFAULT_MARGIN = 0.02  # other encoders (palm-ccnet: no weights here), uncalibrated: calibrate for a real δ
 
 @dataclass(frozen=True)
 class Probe:
