@@ -2,15 +2,28 @@
 
 Bodies forbid unknown fields: a `user_id` (or any typo) is a 422, never silently ignored; so are
 text with a NUL character, numbers that are not finite and lists past their bound. The probe fields
-(`probe`, `probes`) are JSON's; multipart sends the same as image files.
+(`probe`, `probes`) are JSON's; multipart sends the same as image files. A probe is one image or a burst:
+a list of 1 to MAX_FRAMES images of one person from one camera, fused into one probe (biomem.identity.bursts).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StringConstraints,
+    Tag,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from ..identity.bursts import MAX_FRAMES
 from ..notes.timeparse import parse_timestamp
 from ..stores.filters import MAX_METADATA_KEYS, check_metadata, parse_filters
 
@@ -66,12 +79,50 @@ class ProbeData(BodyModel):
                                           description="precomputed probe (admin key only)")
 
 
-class ProbeFields(BodyModel):
-    """A requester's probe in JSON; multipart sends image files `probe` / `probe_<modality>` instead."""
+def _frame_count(value: Any) -> Any:
+    """A burst of no frames or too many is refused in the Burst's own words (before pydantic's list bounds)."""
+    if isinstance(value, list) and not 1 <= len(value) <= MAX_FRAMES:
+        raise PydanticCustomError("burst_frames", "a burst holds 1 to {most} frames, got {count}",
+                                  {"most": MAX_FRAMES, "count": len(value)})
+    return value
 
-    probe: ProbeData | None = Field(None, description="the requester's image (or use X-Biomem-Session)")
-    probes: dict[Modality, ProbeData] | None = Field(None, max_length=8,
-                                                     description="one image per modality: {modality: image}")
+
+def _images_of_one_modality(frames: list[ProbeData]) -> list[ProbeData]:
+    """A burst is images only (a precomputed embedding is already one probe) and of one modality: every frame
+    names the same one, or none does."""
+    for number, frame in enumerate(frames, 1):
+        if frame.embedding is not None:
+            raise PydanticCustomError("burst_embedding", "frame {number} is a precomputed embedding: a burst is "
+                                      "images only (send an embedding alone, as the probe)", {"number": number})
+    named = {frame.modality for frame in frames}
+    if len(named) > 1:
+        names = ", ".join(sorted(repr(name) if name else "none" for name in named))
+        raise PydanticCustomError("burst_modalities", "the frames of a burst name different modalities ({names}): "
+                                  "a burst is one modality, named on every frame or on none", {"names": names})
+    return frames
+
+
+def _image_or_burst(value: Any) -> str:
+    return "burst" if isinstance(value, list) else "image"
+
+
+Frames = Annotated[list[ProbeData], BeforeValidator(_frame_count), AfterValidator(_images_of_one_modality),
+                   Field(min_length=1, max_length=MAX_FRAMES, description=(
+                       f"a burst: 1 to {MAX_FRAMES} frames of one person from one camera, fused into one probe; "
+                       "images only, of one modality (named on every frame or on none)"))]
+ProbeOrBurst = Annotated[Annotated[ProbeData, Tag("image")] | Annotated[Frames, Tag("burst")],
+                         Discriminator(_image_or_burst)]
+BURST = [{"data": B64, "mime_type": "image/png"}] * 3  # an example burst of three frames
+
+
+class ProbeFields(BodyModel):
+    """A requester's probe in JSON; multipart sends image files `probe` / `probe_<modality>` instead (a file
+    field sent several times is a burst)."""
+
+    probe: ProbeOrBurst | None = Field(None, description=(
+        "the requester's image, or a burst of frames of them: [image, ...] (or use X-Biomem-Session)"))
+    probes: dict[Modality, ProbeOrBurst] | None = Field(None, max_length=8, description=(
+        "one image (or burst) per modality: {modality: image} or {modality: [image, ...]}"))
 
     @field_validator("text", "query", "question", check_fields=False)
     @classmethod
@@ -134,7 +185,9 @@ class AddBody(ProbeFields):
 class SearchBody(ProbeFields):
     """Gated retrieval of the requester's own notes."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [{"query": "bank card PIN", "k": 5}]})
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"query": "bank card PIN", "k": 5},
+        {"query": "locker code", "probe": BURST}]})
     query: str = Field(min_length=1, max_length=10_000)
     k: int = Field(10, ge=1, le=100, description="notes to retrieve")
     links: int = Field(0, ge=0, le=10, description="linked notes per hit to add (A-Mem)")
@@ -191,9 +244,10 @@ class MemberBody(ProbeFields):
 
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"probe": {"data": B64, "mime_type": "image/png"}, "member_probe": {"data": B64, "mime_type": "image/png"}}]})
-    member_probe: ProbeData | None = Field(None, description="the newcomer's image, taken now")
-    member_probes: dict[Modality, ProbeData] | None = Field(None, max_length=8,
-                                                            description="the newcomer's images: {modality: image}")
+    member_probe: ProbeOrBurst | None = Field(None, description=(
+        "the newcomer's image, taken now, or a burst of frames of them: [image, ...]"))
+    member_probes: dict[Modality, ProbeOrBurst] | None = Field(None, max_length=8, description=(
+        "the newcomer's images: {modality: image} or {modality: [image, ...]}"))
 
 
 class AdminGroupBody(BodyModel):

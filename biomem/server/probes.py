@@ -10,6 +10,14 @@ are JSON text in their form field. JSON: the same fields, images as base64 objec
     {"query": "my PIN?", "probes": {"face-arcface-s": {...}, "palm-compcode": {...}}}
     {"query": "my PIN?", "probe": {"embedding": [0.1, ...], "modality": "face-arcface-s"}}   # admin key only
 
+and a burst (1 to MAX_FRAMES frames of one person, fused into one probe) as a list of images, in `probe` (the
+default modality, or the one every frame names) or under a modality in `probes`:
+
+    {"query": "my PIN?", "probe": [{"data": "<base64>", ...}, {"data": "<base64>", ...}]}
+    {"query": "my PIN?", "probes": {"face-arcface-s": [{...}, {...}, {...}]}}
+
+A body's probe images (a burst's frames one each) are at most MAX_FILES, as multipart's files are.
+
 A probe only ever becomes bytes (or a Probe of an admin's embedding), never a path: a string can
 not make the engine read a server file. Files stay in memory (the body is at most MAX_BODY), so no
 probe touches the disk.
@@ -43,6 +51,7 @@ from .models import ProbeData
 
 MAX_BODY = MAX_FILE_BYTES * 3 // 2  # bytes of one request body: one photo of the largest size as base64, and fields
 MAX_IMAGES = 10  # enrolment captures per request
+MAX_FILES = MAX_IMAGES + 4  # image files of a multipart body; probe images (a burst's frames) of a JSON body
 MAX_FIELDS = 32  # text fields of a form
 JSON_FIELDS = ("messages", "metadata", "hidden_from", "filters")  # form fields that hold JSON (a list, an object)
 M = TypeVar("M", bound=BaseModel)
@@ -123,9 +132,10 @@ async def parse(request: Request, model: type[M], caller: Caller, mem: BioMemory
     except ValidationError as exc:
         raise invalid(exc) from None
     if images is None:  # JSON (or no body): the probe and images are in the validated fields
+        _check_probe_images(fields)
         probe = json_probe(getattr(fields, "probe", None), getattr(fields, "probes", None), caller, known)
         member = json_probe(getattr(fields, "member_probe", None), getattr(fields, "member_probes", None),
-                            caller, known)
+                            caller, known, "member_probe")
         images = [decode(item, "images") for item in getattr(fields, "images", None) or []]
     if len(images or []) > MAX_IMAGES:
         raise InvalidInputError(f"at most {MAX_IMAGES} images per enrolment")
@@ -136,7 +146,7 @@ async def _multipart(request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
     """(text fields, files) of a multipart body; files as bytes, `images` and a probe file sent several times
     (a burst of frames) as a list. Any other field sent twice is refused: which one would count is not the
     client's to guess."""
-    parser = InMemoryParser(request.headers, request.stream(), max_files=MAX_IMAGES + 4, max_fields=MAX_FIELDS)
+    parser = InMemoryParser(request.headers, request.stream(), max_files=MAX_FILES, max_fields=MAX_FIELDS)
     try:
         form = await parser.parse()
     except MultiPartException as exc:
@@ -266,13 +276,42 @@ def decode(item: ProbeData, what: str = "probe") -> bytes:
     return raw
 
 
-def _one(item: ProbeData, caller: Caller, known: Modalities, modality: str | None) -> Any:
-    """Bytes, or a Probe for an admin's precomputed embedding."""
-    name = modality or item.modality
+def _check_probe_images(fields: Any) -> None:
+    """A JSON body's probe images (a burst's frames one each) are at most MAX_FILES, as a multipart body's
+    files are: one request never makes the encoder run more often than a form could."""
+    count = 0
+    for single, several in (("probe", "probes"), ("member_probe", "member_probes")):
+        items = [getattr(fields, single, None), *(getattr(fields, several, None) or {}).values()]
+        count += sum(len(item) if isinstance(item, list) else 1 for item in items if item is not None)
+    if count > MAX_FILES:
+        raise InvalidInputError(f"at most {MAX_FILES} probe images per request (each frame of a burst counts), "
+                                f"got {count}")
+
+
+def _modality_of(item: ProbeData | list[ProbeData]) -> str | None:
+    """The modality an image or a burst names (a burst's frames all name the same one, or none: its model)."""
+    return item[0].modality if isinstance(item, list) else item.modality
+
+
+def _burst(frames: list[ProbeData], what: str) -> Burst:
+    """A JSON burst as a Burst of image bytes, each frame decoded (and refused) by its number."""
+    return Burst(decode(frame, f"{what} frame {number}") for number, frame in enumerate(frames, 1))
+
+
+def _one(item: ProbeData | list[ProbeData], caller: Caller, known: Modalities, modality: str | None,
+         what: str = "probe") -> Any:
+    """Bytes, a Burst of bytes, or a Probe for an admin's precomputed embedding."""
+    name = modality or _modality_of(item)
+    if isinstance(item, list):
+        if modality and item[0].modality and item[0].modality != modality:
+            raise ModalityMismatchError(f"{what}'s frames say {item[0].modality!r}, filed under {modality!r}")
+        if name:
+            known.check(name)
+        return _burst(item, what)
     if item.embedding is None:
         if name:
             known.check(name)
-        return decode(item)
+        return decode(item, what)
     caller.require("rest:precomputed embedding", "A precomputed probe embedding")
     if not name:
         raise InvalidInputError("a precomputed probe embedding needs its modality")
@@ -282,14 +321,16 @@ def _one(item: ProbeData, caller: Caller, known: Modalities, modality: str | Non
     return Probe(np.asarray(item.embedding, dtype=np.float32), name)
 
 
-def json_probe(probe: ProbeData | None, probes: dict[str, ProbeData] | None, caller: Caller,
-               known: Modalities) -> Any:
-    """The probe of a JSON body: bytes, a Probe, or {modality: bytes | Probe}; None if none was sent."""
-    parts = {name: _one(item, caller, known, name) for name, item in (probes or {}).items()}
+def json_probe(probe: ProbeData | list[ProbeData] | None, probes: dict[str, ProbeData | list[ProbeData]] | None,
+               caller: Caller, known: Modalities, what: str = "probe") -> Any:
+    """The probe of a JSON body: bytes, a Burst, a Probe, or {modality: bytes | Burst | Probe}; None if none was
+    sent. A list is a burst: of the modality its frames name, else the store's default."""
+    parts = {name: _one(item, caller, known, name, what) for name, item in (probes or {}).items()}
     if probe is None:
         return parts or None
-    single = _one(probe, caller, known, None)
-    if not parts and probe.modality is None:
+    single = _one(probe, caller, known, None, what)
+    named = _modality_of(probe)
+    if not parts and named is None:
         return single
-    parts.setdefault(probe.modality or known.default, single)
+    parts.setdefault(named or known.default, single)
     return parts
