@@ -14,11 +14,24 @@
         bm.add("The Wi-Fi password is ...", probe="me.jpg", scope=home.id)
         bm.search("wifi", probe="ben.jpg", filters={"scope": home.id})
 
-A probe is a path, bytes, a numpy array, a PIL image, {modality: image} for several modalities, or
-(admin key) a biomem.Probe embedding. Refusals raise the same biomem.errors class as the engine
-(NoFaceError, UnknownIdentityError, NoteNotFoundError, TooManyAttemptsError with retry_after, ...),
-with the server's readable message and `.status` / `.title`; HTTP-level refusals (body too large,
-wrong content type) are InvalidInputError, a missing or wrong key AuthenticationError.
+A probe is one of:
+
+- an image: a path, bytes, a numpy array or a PIL image (sent as the multipart file `probe`);
+- a burst, `Burst([frame1, frame2, frame3])` (biomem.Burst: 1 to 10 frames of one person from one camera,
+  each an image as above), fused into one probe by the server (the file field sent once per frame);
+- {modality: image} for several modalities, where a value may be a Burst or a list or tuple of frames (a
+  burst of that modality): `{"face-arcface-s": [f1, f2, f3], "palm-compcode": "palm.png"}`;
+- (admin key) a biomem.Probe embedding, or {modality: Probe}; such a body goes as JSON, with any burst beside
+  it as a list of base64 frames.
+
+A top-level list or tuple is refused (InvalidInputError) before anything is sent: the engine reads one as
+several probes for the gate to fuse (one per modality), a burst is `Burst([...])`, and which one was meant is
+not the client's to guess.
+
+Refusals raise the same biomem.errors class as the engine (NoFaceError, UnknownIdentityError,
+NoteNotFoundError, TooManyAttemptsError with retry_after, ...), with the server's readable message and
+`.status` / `.title`; HTTP-level refusals (body too large, wrong content type) are InvalidInputError, a
+missing or wrong key AuthenticationError.
 """
 
 from __future__ import annotations
@@ -35,6 +48,7 @@ from typing import Any
 import httpx
 
 from . import errors
+from .identity.bursts import Burst
 from .stores.records import Group, Identity, Note
 
 SESSION_HEADER = "X-Biomem-Session"
@@ -112,10 +126,33 @@ def _mime(data: bytes) -> str:
     return "application/octet-stream"
 
 
+def _parts(probe: Any) -> list[tuple[str | None, Any]]:
+    """A probe as (modality or None for the store's default, an image, a Burst or a Probe) pairs; a list or
+    tuple under a modality is a Burst of it, a top-level one is refused (see the module's probe forms)."""
+    if probe is None:
+        return []
+    if isinstance(probe, dict):
+        return [(modality, Burst(sample) if isinstance(sample, (list, tuple)) else sample)
+                for modality, sample in probe.items()]
+    if isinstance(probe, (list, tuple)):
+        raise errors.InvalidInputError("a probe is not a list: send Burst([...]) for frames of one person, or "
+                                       "{modality: image} for several modalities")
+    return [(None, probe)]
+
+
 def _is_embedding(probe: Any) -> bool:
     from .identity.gate import Probe
 
-    return isinstance(probe, Probe) or isinstance(probe, dict) and any(isinstance(p, Probe) for p in probe.values())
+    return any(isinstance(sample, Probe) for _, sample in _parts(probe))
+
+
+def _frames(burst: Burst) -> tuple[Any, ...]:
+    """A burst's frames, each an image: a precomputed embedding is one probe, never a frame."""
+    from .identity.gate import Probe
+
+    if any(isinstance(frame, Probe) for frame in burst.frames):
+        raise errors.InvalidInputError("a burst is images only: send a precomputed embedding alone, as the probe")
+    return burst.frames
 
 
 def _json_image(image: Any) -> dict[str, Any]:
@@ -124,32 +161,43 @@ def _json_image(image: Any) -> dict[str, Any]:
     if isinstance(image, Probe):
         return {"embedding": [float(x) for x in image.embedding], "modality": image.modality}
     data = _image_bytes(image)
-    return {"data": base64.b64encode(data).decode(), "mime_type": _mime(data)}
+    mime = _mime(data)  # an image the client does not name goes without a type: the server reads the bytes
+    return {"data": base64.b64encode(data).decode(), **({"mime_type": mime} if mime.startswith("image/") else {})}
+
+
+def _json_sample(sample: Any) -> Any:
+    """An image or Probe as a JSON object, a Burst as a list of them."""
+    return [_json_image(frame) for frame in _frames(sample)] if isinstance(sample, Burst) else _json_image(sample)
 
 
 def _json_probe(field: str, probe: Any) -> dict[str, Any]:
-    """A probe as JSON fields: {field: image} or, for several modalities, {field + "s": {modality: image}}."""
-    if probe is None:
+    """A probe as JSON fields: {field: image or [frame, ...]} or, for several modalities,
+    {field + "s": {modality: image or [frame, ...]}}."""
+    parts = _parts(probe)
+    if not parts:
         return {}
     if isinstance(probe, dict):
-        return {f"{field}s": {m: _json_image(p) for m, p in probe.items()}}
-    return {field: _json_image(probe)}
+        return {f"{field}s": {modality: _json_sample(sample) for modality, sample in parts}}
+    return {field: _json_sample(parts[0][1])}
 
 
 def _probe_files(field: str, probe: Any) -> list[tuple[str, tuple[str, bytes, str]]]:
-    """A probe as multipart files: `field`, or `field`_<modality> for each image of several modalities."""
+    """A probe as multipart files: `field`, or `field`_<modality> for each image of several modalities; a burst
+    sends its field once per frame."""
     files = []
-    for name, image in ([] if probe is None else probe.items() if isinstance(probe, dict) else [(None, probe)]):
-        data = _image_bytes(image)
-        files.append((f"{field}_{name}" if name else field, (field, data, _mime(data))))
+    for name, sample in _parts(probe):
+        for image in _frames(sample) if isinstance(sample, Burst) else (sample,):
+            data = _image_bytes(image)
+            files.append((f"{field}_{name}" if name else field, (field, data, _mime(data))))
     return files
 
 
 def request_body(fields: dict[str, Any], probe: Any = None, images: Sequence[Any] = (),
                  member_probe: Any = None) -> dict[str, Any]:
-    """httpx keyword arguments of a body: multipart (probe files beside the fields; lists and objects as JSON
-    text), or JSON for an admin's precomputed embedding (or when nothing is sent as a file). `member_probe`:
-    the newcomer's probe of a household."""
+    """httpx keyword arguments of a body: multipart (probe files beside the fields, a burst's field once per
+    frame; lists and objects as JSON text), or JSON for an admin's precomputed embedding (a burst beside it as
+    a list of base64 frames; JSON too when nothing is sent as a file). `member_probe`: the newcomer's probe of a
+    household. Probes take the forms the module docstring lists."""
     fields = {k: v for k, v in fields.items() if v is not None}
     if _is_embedding(probe) or _is_embedding(member_probe):
         return {"json": {**fields, **_json_probe("probe", probe), **_json_probe("member_probe", member_probe)}}
