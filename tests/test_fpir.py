@@ -20,7 +20,7 @@ from biomem.identity.gate import Probe
 from biomem.server import create_app, served
 from biomem.server.errors import status_of
 from biomem.settings import Settings
-from biomem.ui import render
+from biomem.ui import Controller, render
 from biomem.ui.layout import build_app
 
 SYNTH = "synthetic-64"  # precomputed probes: random unit vectors are near-orthogonal people
@@ -183,3 +183,19 @@ def test_the_calibrate_tab_says_what_tau_guards(make_memory):
     assert "calibrated FMR 5.0e-03: expected FPIR 0.50%; at most 2 people stay under the target 1.00%" in line
     page = build_app(mem)
     assert any(getattr(block, "elem_id", None) == "bm-fpir" for block in page.blocks.values())
+
+
+def test_the_calibrate_tab_s_table_is_at_the_store_s_n_and_target(make_memory):
+    """The Calibrate tab's table gives the FPIR at the number of people this store enrolled with the report's
+    encoder (beside the report's fixed sizes) and the largest N at this store's target FPIR."""
+    mem = make_memory(limits="off")
+    mem.target_fpir = 0.002
+    mem.set_threshold(0.5, SYNTH, "manual")
+    for n in range(3):
+        mem.enroll(f"p{n}", [person(60 + n)])
+    plot, text = Controller(mem).calibration_view(report(1_000, 0.005))
+    assert plot.ndim == 3
+    assert "FPIR N=3 (store)" in text and "largest N at FPIR ≤ 0.002 |" in text
+    assert f"This store: 3 people enrolled with `{SYNTH}`" in text
+    header = next(line for line in text.splitlines() if line.startswith("| τ rule | FMR credited"))
+    assert header.count("FPIR N=") == 5  # 10, 100, 1,000, 10,000 and the store's 3

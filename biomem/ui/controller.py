@@ -478,10 +478,13 @@ class Controller:
         return calibrate_samples(self.mem.encoder(name))
 
     def calibration_view(self, report: CalibrationReport) -> tuple[np.ndarray, str]:
-        """(histograms and DET curve as an image, markdown) of a report, with this store's current τ."""
+        """(histograms and DET curve as an image, markdown) of a report, with this store's current τ, and its
+        FPIR at the number of people this store enrolled with the report's encoder and at its target FPIR."""
         with tempfile.TemporaryDirectory(prefix="biomem-plot-") as tmp:
             plot = np.asarray(Image.open(calibration_plot.plot(report, Path(tmp) / "scores.png")).convert("RGB"))
-        return plot, render.calibration_text(report, self.mem.threshold(report.modality))
+        guards = self.mem.identification(report.modality)
+        return plot, render.calibration_text(report, self.mem.threshold(report.modality), guards["enrolled"],
+                                             guards["target_fpir"])
 
     def store_tau(self, report: CalibrationReport | None, which: str) -> str:
         """Store the report's τ (the page's door: admin only)."""

@@ -285,10 +285,12 @@ def note_rows(notes: list[Any], groups: dict[int, str] | None = None,
                             n.scope is not None))] for n in notes]
 
 
-def calibration_text(report: Any, current: float) -> str:
-    """A calibration report's table with this store's τ for its encoder."""
-    return (report.table() + f"\n\nThis store's τ for `{report.modality}`: **{current:.4f}** "
-            "(the gate admits similarity ≥ τ).")
+def calibration_text(report: Any, current: float, enrolled: int, target_fpir: float) -> str:
+    """A calibration report's table at this store's N (`enrolled` people of its encoder) and target FPIR,
+    with this store's τ for that encoder."""
+    return (report.table(enrolled=enrolled, target_fpir=target_fpir)
+            + f"\n\nThis store: {plural(enrolled, 'person', 'people')} enrolled with `{report.modality}`, τ "
+            f"**{current:.4f}** (the gate admits similarity ≥ τ).")
 
 
 def identification_text(risks: dict[str, dict[str, Any]]) -> str:
