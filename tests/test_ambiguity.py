@@ -16,6 +16,7 @@ import itertools
 from collections.abc import Callable
 from unittest import mock
 
+import gradio as gr
 import httpx
 import numpy as np
 import pytest
@@ -31,7 +32,8 @@ from biomem.identity.gate import DEFAULT_MARGINS, GateResult, _admit, fuse
 from biomem.identity.samples import write_face_set
 from biomem.server import create_app, served
 from biomem.settings import Settings
-from biomem.ui import render
+from biomem.ui import Controller, render
+from biomem.ui.messages import friendly
 from modalities.arcface import _bgr, detector_input
 
 ALPHAS = (0.3, 0.4, 0.5, 0.6, 0.7)
@@ -267,6 +269,20 @@ def test_the_page_asks_for_a_better_capture_and_names_nobody(look_alikes):
     for html in (render.gate_html(view), render.asker(view)):
         assert "take a clearer one" in html and "person-" not in html
     assert "take a clearer one" in render.gate_html({**view, "matched": False, "scores": []})
+
+
+def test_my_households_says_the_gate_could_not_tell_and_names_nobody(look_alikes, cache):
+    """The Remember's "My households" (the households a person's notes may go to, with their members) refuses an
+    ambiguous probe as the gate could not tell who, as Chat does, not as "Not recognised", and names nobody."""
+    mem, _, _, morph = look_alikes
+    folder = cache / "morph"
+    folder.mkdir()
+    Image.fromarray(morph).save(folder / "morph.png")
+    with pytest.raises(gr.Error) as refused:
+        friendly(Controller(mem).households)(str(folder / "morph.png"), None)
+    assert refused.value.title == "Could not tell who" and refused.value.message.endswith(AMBIGUOUS)
+    assert "person-" not in f"{refused.value.title} {refused.value.message}"
+    assert not (folder / "morph.png").exists()  # the probe is used once, as every probe is
 
 
 def test_rest_says_the_gate_could_not_tell_and_names_nobody(look_alikes):

@@ -24,7 +24,7 @@ import modalities
 
 from ..engine import access, demo
 from ..engine.memory import BioMemory
-from ..errors import BioMemError, GroupNotFoundError, TooManyAttemptsError, UnknownIdentityError
+from ..errors import BioMemError, GroupNotFoundError, TooManyAttemptsError
 from ..eval.importing import import_locomo
 from ..identity import calibration_plot
 from ..identity.calibrate import CalibrationReport, calibrate_folder, calibrate_samples, save
@@ -382,15 +382,15 @@ class Controller:
     def households(self, probe: Any, encoder: str | None = None,
                    request: gr.Request | None = None) -> dict[str, Any]:
         """The households of whoever the probe shows, with their members: the Remember's choices. Only
-        after the gate admitted the requester, and only theirs (a stranger is refused, as for Remember)."""
+        after the gate admitted the requester, and only theirs (a stranger is refused, as for Remember; a probe
+        the gate cannot tell between two people is refused as ambiguous, naming nobody)."""
         client = self.clients(request)
         gate = self.mem.identify(self.probe(probe, encoder, client=client), policy="best", client=client)
-        if gate.identity is None:
-            raise UnknownIdentityError("the probe matches no enrolled identity")
-        return {"person": gate.identity, "label": gate.labels[gate.identity],
+        person = self.mem.owner_of(gate)  # AmbiguousProbeError, or UnknownIdentityError for nobody
+        return {"person": person, "label": gate.labels[person],
                 "groups": [{"id": g.id, "label": g.label,
                             "members": [[i, name] for i, name in zip(g.members, g.member_labels, strict=True)]}
-                           for g in self.mem.groups(identity=gate.identity)]}
+                           for g in self.mem.groups(identity=person)]}
 
     def found_household(self, label: str, probe: Any, second: Any, encoder: str | None,
                         request: gr.Request | None = None) -> str:
