@@ -24,6 +24,10 @@ from modalities.errors import (  # noqa: F401  (re-exported)
 )
 
 
+class MixedBurstError(MultipleFacesError):
+    """The frames of a burst show different people: one person at a time, so nothing is matched."""
+
+
 class ModalityMismatchError(InvalidInputError):
     """A probe or template of one modality was given where another modality is expected."""
 

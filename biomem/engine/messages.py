@@ -26,6 +26,7 @@ from ..errors import (
     InvalidInputError,
     KeyUnavailableError,
     LLMError,
+    MixedBurstError,
     ModalityMismatchError,
     ModelUnavailableError,
     MultipleFacesError,
@@ -54,6 +55,8 @@ POOR_CAPTURE = "Nothing was matched, and this does not count as a failed attempt
 ERRORS: list[tuple[type[BaseException], str, str]] = [
     (NoFaceError, "No face found",
      "No face was found in the probe. Face the camera in good light, or use another photo."),
+    (MixedBurstError, "Different people",
+     "The frames of this capture show different people, so nothing was matched. One person at a time, please."),
     (MultipleFacesError, "More than one face",
      "The probe shows several faces, so the requester is ambiguous. One person at a time, please."),
     (PoorCaptureError, "Poor capture", POOR_CAPTURE),

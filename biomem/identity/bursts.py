@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidInputError, MultipleFacesError, NoFaceError, PoorCaptureError
+from ..errors import InvalidInputError, MixedBurstError, NoFaceError, PoorCaptureError
 
 MAX_FRAMES = 10  # frames of one burst: a webcam's second or two
 
@@ -34,7 +34,7 @@ class Burst:
 
 def fuse_frames(burst: Burst, encode: Callable[[Any], np.ndarray], tau: float) -> np.ndarray:
     """The burst's one embedding: the mean of its usable frames' embeddings, L2-normalised; PoorCaptureError
-    (the best frame's hint) or NoFaceError when no frame is usable, MultipleFacesError when they show
+    (the best frame's hint) or NoFaceError when no frame is usable, MixedBurstError when they show
     different people (some pair below τ)."""
     vectors: list[np.ndarray] = []
     refused: list[Exception] = []
@@ -50,6 +50,6 @@ def fuse_frames(burst: Burst, encode: Callable[[Any], np.ndarray], tau: float) -
         raise refused[0]
     matrix = np.stack(vectors)
     if len(vectors) > 1 and float((matrix @ matrix.T).min()) < tau:
-        raise MultipleFacesError("the frames show different people: one person at a time, please")
+        raise MixedBurstError("the frames show different people: one person at a time, please")
     mean = matrix.mean(axis=0)
     return mean / np.linalg.norm(mean)
