@@ -84,8 +84,8 @@ NoteId = Path(gt=0, lt=2**63, description="a note id")
 GroupId = Path(gt=0, lt=2**63, description="a household's id")
 MemberId = Path(gt=0, lt=2**63, description="a member's identity id")
 KEPT = {"response_model_exclude_unset": True}  # replies hold exactly the engine view's keys
-PROBE_FILES = {"probe": "the requester's image",
-               "probe_<modality>": "one image per modality, for a probe of several modalities"}
+PROBE_FILES = {"probe": "the requester's image; sent several times, a burst of one person's frames fused into one",
+               "probe_<modality>": "one image per modality, for a probe of several modalities (repeat it for a burst)"}
 
 
 def body_doc(model: type, files: dict[str, str] | None = None) -> dict[str, Any]:
