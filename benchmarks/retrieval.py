@@ -650,19 +650,25 @@ def run_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None
             return mem.identify(Probe(probe, modality))
         return mem.search(q, probe=Probe(probe, modality), k=K)
 
-    # timed loop, interleaved in rotating order to cancel drift
+    # timed loop, interleaved: every query runs every path, in a random order (seeded), so each path follows
+    # each other path equally often (a fixed rotation would put the same path after the baseline's scan of
+    # N x dim floats, with its cold caches, every time); which samples followed the baseline is kept
     names = [*modes, "baseline", *gate_calls]
     times: dict[str, list[float]] = {n: [] for n in names}
+    after_baseline: dict[str, list[bool]] = {n: [] for n in names}
     recall: dict[str, list[float]] = {n: [] for n in names}
     gate_ok = dict.fromkeys(names, 0)  # the probe's owner admitted
     decision_ok = dict.fromkeys(names, 0)  # the decision the exact scan makes
     gated_out_ok = dict.fromkeys(names, 0)
+    order_rng = np.random.default_rng(seed + 5)
+    previous = ""
     gc.collect()
     for i in range(queries):
         j = int(owners[i])
         q, p = query_vecs[i], probes[i]
-        turn = i % len(names)
-        for name in names[turn:] + names[:turn]:
+        for name in order_rng.permutation(names).tolist():
+            after_baseline[name].append(previous == "baseline")
+            previous = name
             if name == "baseline":
                 t0 = time.perf_counter_ns()
                 ids = data.baseline_search(p, q, tau, K)
@@ -703,6 +709,10 @@ def run_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None
     for name in names:
         entry = out_modes.setdefault(name, {})
         entry.update(percentiles(times[name]))
+        cold = np.asarray(after_baseline[name])
+        if name != "baseline" and cold.any() and (~cold).any():
+            entry["after_baseline"] = percentiles(np.asarray(times[name])[cold].tolist())
+            entry["not_after_baseline"] = percentiles(np.asarray(times[name])[~cold].tolist())
         if recall[name]:
             entry["recall_at_10"] = float(np.mean(recall[name]))
             entry["recall_at_10_min"] = float(np.min(recall[name]))
@@ -745,6 +755,9 @@ def run_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None
         "speedup_exact": out_modes["baseline"]["p50_ms"] / out_modes["exact"]["p50_ms"],
         "gate_share": gate_share(out_modes, ""),
     }
+    if "after_baseline" in out_modes["exact"]:
+        result["speedup_exact_after_baseline"] = out_modes["baseline"]["p50_ms"] / \
+            out_modes["exact"]["after_baseline"]["p50_ms"]
     if hnsw:
         result["speedup_hnsw"] = out_modes["baseline"]["p50_ms"] / out_modes["hnsw"]["p50_ms"]
     if profiles:
@@ -793,9 +806,13 @@ def gate_share(modes: dict[str, Any], prefix: str) -> dict[str, Any]:
     """The gate's part of a gated search (store `prefix`: "" SQLite, "pg_" PostgreSQL), p50 against p50, in the
     interleaved loop and back to back."""
     out = {}
-    for how, suffix in (("interleaved", ""), ("back_to_back", "_back_to_back")):
-        search = modes[f"{prefix}exact{suffix}"]["p50_ms"]
-        decide, identify = modes[f"{prefix}gate{suffix}"]["p50_ms"], modes[f"{prefix}identify{suffix}"]["p50_ms"]
+    for how, suffix in (("interleaved", ""), ("back_to_back", "_back_to_back"), ("after_baseline", "")):
+        parts = [modes[f"{prefix}{name}{suffix}"] for name in ("exact", "gate", "identify")]
+        if how == "after_baseline":  # the interleaved samples that came right after the baseline's scan
+            if not all("after_baseline" in part for part in parts):
+                continue
+            parts = [part["after_baseline"] for part in parts]
+        search, decide, identify = (part["p50_ms"] for part in parts)
         out[how] = {"search_p50_ms": search, "decide_p50_ms": decide, "identify_p50_ms": identify,
                     "decide_share": decide / search, "identify_share": identify / search,
                     "rest_p50_ms": search - identify}
@@ -1289,19 +1306,21 @@ def report(results: dict[str, Any]) -> str:
     rungs = results["retrieval"]
     lines = ["## Gated search (k=10), latency p50 / p95 in ms", "",
              ("| notes | identities | templates (captures x dim) | notes/owner | build s (notes/s) | DB MB "
-              "| gated exact | gated exact back-to-back | gated hnsw | baseline (paper) | speed-up exact / hnsw "
+              "| gated exact | gated exact right after the baseline | gated exact back-to-back | gated hnsw "
+              "| baseline (paper) | speed-up exact / hnsw "
               "| recall@10 exact / hnsw / baseline | cold first search exact / hnsw | engine RSS +MB exact / hnsw "
               "| load |"),
-             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rungs:
         m = r["modes"]
-        h = m.get("hnsw")
+        h, cold = m.get("hnsw"), m["exact"].get("after_baseline")
         na = "n/a"
         lines.append(
             f"| {r['notes']:,} | {r['identities']:,} | {r.get('templates', r['identities']):,} "
             f"({r.get('shape', f'1x{BIO_DIM}')}) | {r['notes_per_owner']:,} "
             f"| {r['build_s']:.1f} ({r['build_notes_per_s']:,.0f}) | {r['db_mb']:,.0f} "
-            f"| {fmt_ms(m['exact'])} | {fmt_ms(m['exact_back_to_back']) if 'exact_back_to_back' in m else na} "
+            f"| {fmt_ms(m['exact'])} | {fmt_ms(cold) if cold else na} "
+            f"| {fmt_ms(m['exact_back_to_back']) if 'exact_back_to_back' in m else na} "
             f"| {fmt_ms(h) if h else na} | {fmt_ms(m['baseline'])} "
             f"| {r['speedup_exact']:.3g}x / {format(r['speedup_hnsw'], '.3g') + 'x' if h else na} "
             f"| {m['exact']['recall_at_10']:.3f} / {format(h['recall_at_10'], '.3f') if h else na} / "
@@ -1315,16 +1334,19 @@ def report(results: dict[str, Any]) -> str:
         lines += ["", "## The gate's share of a gated search (SQLite engine, p50 ms; same interleaved loop, then "
                       "back to back)", "",
                   ("| notes / identities | templates | gate decide | identify (gate + limiter + label) | search "
-                   "(gate + rank + fetch) | identify / search | decide back-to-back | identify back-to-back "
-                   "| search back-to-back | stranger's search | decisions = exact scan, genuine / stranger |"),
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                   "(gate + rank + fetch) | identify / search | right after the baseline: identify / search "
+                   "| back to back: decide / identify / search | stranger's search "
+                   "| decisions = exact scan, genuine / stranger |"),
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in shaped:
             m, g, b = r["modes"], r["gate_share"]["interleaved"], r["gate_share"]["back_to_back"]
+            a = r["gate_share"].get("after_baseline")
+            cold = f"{a['identify_p50_ms']:.3f} / {a['search_p50_ms']:.3f}" if a else "n/a"
             lines.append(
                 f"| {r['notes']:,} / {r['identities']:,} | {r['templates']:,} ({r['shape']}) "
                 f"| {g['decide_p50_ms']:.3f} | {g['identify_p50_ms']:.3f} | {g['search_p50_ms']:.3f} "
-                f"| {g['identify_share']:.0%} | {b['decide_p50_ms']:.3f} | {b['identify_p50_ms']:.3f} "
-                f"| {b['search_p50_ms']:.3f} | {m['impostor']['p50_ms']:.3f} "
+                f"| {g['identify_share']:.0%} | {cold} | {b['decide_p50_ms']:.3f} / {b['identify_p50_ms']:.3f} / "
+                f"{b['search_p50_ms']:.3f} | {m['impostor']['p50_ms']:.3f} "
                 f"| {m['exact']['gate_decision_exact']:.3f} / {m['impostor']['gate_decision_exact']:.3f} |")
         lines += ["", "## The probes' scores (what the exact scan sees), against the calibration's", "",
                   ("| notes / identities | templates | τ / δ | genuine target p1 / p50 | genuine own best p1 / p50 "
@@ -1475,7 +1497,9 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         out.append({"target": f"gated >= {TARGET_SHAPE_SPEEDUP:g}x faster than the paper's per-note scan (p50, "
                               f"interleaved) at 1M notes / 10,000 identities x {DEFAULT_SHAPE} (issue 28)",
                     "measured": f"{r['speedup_exact']:.1f}x ({r['modes']['baseline']['p50_ms']:.1f} vs "
-                                f"{r['modes']['exact']['p50_ms']:.3f} ms)",
+                                f"{r['modes']['exact']['p50_ms']:.3f} ms; "
+                                f"{r.get('speedup_exact_after_baseline', float('nan')):.1f}x for the searches right "
+                                "after the baseline's scan)",
                     "pass": r["speedup_exact"] >= TARGET_SHAPE_SPEEDUP})
     if rungs:
         worst = min(r["modes"]["exact"]["recall_at_10"] for r in rungs)
