@@ -24,9 +24,17 @@ import modalities
 
 from ..engine import access, demo
 from ..engine.memory import BioMemory
-from ..errors import BioMemError, GroupNotFoundError, TooManyAttemptsError
+from ..errors import (
+    BioMemError,
+    GroupNotFoundError,
+    MultipleFacesError,
+    NoFaceError,
+    PoorCaptureError,
+    TooManyAttemptsError,
+)
 from ..eval.importing import import_locomo
 from ..identity import calibration_plot
+from ..identity.bursts import Burst
 from ..identity.calibrate import CalibrationReport, calibrate_folder, calibrate_samples, save
 from ..identity.disclosure import note_view
 from ..identity.gate import Probe
@@ -96,13 +104,32 @@ class Controller:
                            request.headers.get("x-forwarded-for"), trust_proxy=self.settings.trust_proxy)
 
     def probe(self, value: Any, encoder: str | None, what: str = "probe", client: list[str] | None = None) -> Probe:
-        """Read, delete and encode one probe upload (a client in cool-down costs no encoding)."""
+        """Read, delete and encode one probe upload, or fuse a webcam burst's frames (biomem.ui.bursts) into
+        one probe; a client in cool-down costs no encoding."""
         try:
             self.mem.limiter.check(client)
         except BioMemError:
             uploads.discard(value)
             raise
+        if isinstance(value, Burst):
+            return self.fused(value, encoder or self.mem.modality)
         return self.mem.probe(uploads.read_once(value, what), encoder or self.mem.modality)
+
+    def fused(self, burst: Burst, encoder: str) -> Probe:
+        """A burst's frames fused by the engine, its refusals said of the burst: no usable frame (the hint of
+        the best one, "move closer"), or frames of different people."""
+        count = f"{len(burst.frames)} frame{'s' if len(burst.frames) != 1 else ''}"
+        try:
+            return self.mem.probe(burst, encoder)
+        except PoorCaptureError as exc:
+            title, message = readable(exc)
+            raise fail(f"None of the burst's {count} was clear enough. {message}", title) from None
+        except NoFaceError:
+            raise fail(f"No face was found in any of the burst's {count}: face the camera in good light and take "
+                       "the burst again.", "No face found") from None
+        except MultipleFacesError:
+            raise fail(f"The burst's {count} show different people, or a frame shows several faces: one person "
+                       "at a time. Hold still and take the burst again.", "More than one person") from None
 
     def step_up(self, value: Any, second: Any, encoder: str | None,
                 client: list[str] | None) -> Probe | dict[str, Probe]:

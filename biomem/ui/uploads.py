@@ -16,10 +16,11 @@ from .messages import fail, hint
 
 
 def upload_path(value: Any) -> str | None:
-    """The cache path of an upload: a raw FileData payload, a path string, or None."""
+    """The cache path of an upload: a raw FileData payload, a path string, or None (also for anything else,
+    such as a webcam burst's frames, which are never a file)."""
     if isinstance(value, dict):
         value = value.get("path")
-    return str(value) if value else None
+    return str(value) if value and isinstance(value, (str, Path)) else None
 
 
 def in_cache(path: str | Path) -> Path | None:

@@ -1,0 +1,132 @@
+"""Webcam bursts: a few frames of one person, taken from a live camera and fused into one probe.
+
+A probe box's burst camera is a streaming gr.Image: once started it sends a JPEG frame every STREAM_EVERY
+seconds, as a data: URL in the request body (Gradio writes none of them to its cache). The frames go
+nowhere until the person presses "Take 3 frames": then the next BURST_FRAMES are kept, in memory, in this
+tab's Frames (a gr.State no event writes over: every event mutates the one holder under its lock, so a
+frame arriving while a message takes the burst cannot bring it back). The next message takes them out
+(`chosen`) as a biomem.identity.bursts.Burst, which the engine fuses (frames with a poor capture
+skipped, frames of different people refused); a burst not used within BURST_SECONDS is dropped.
+Each streamed chunk also writes None back to the camera, so Gradio's copy of the session's values never
+keeps the last frame either.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import threading
+import time
+from typing import Any
+
+from ..identity.bursts import Burst
+from . import uploads
+
+BURST_FRAMES = 3  # frames a burst keeps: about a second of holding still
+STREAM_EVERY = 0.3  # seconds between two frames of a started camera
+# One stream event lasts this long, then the page starts the next one at once (Gradio 6's time_limit): it
+# bounds what a client that starts a stream and goes away holds on the server.
+STREAM_SECONDS = 3
+BURST_SECONDS = 120  # a burst taken and not used within this is deleted
+MAX_FRAME_BYTES = 4 * 1024 * 1024  # a webcam JPEG is tens of kB; a burst holds at most 3 of these in memory
+NO_BURST = ("No burst. Start the camera (**Click to Access Webcam**, then **Record**: nothing is recorded), "
+            f"hold still and press **Take {BURST_FRAMES} frames**; they are kept for your next message only.")
+
+
+class Frames:
+    """One probe box's burst in one browser tab: armed by "Take frames", filled by the camera's stream up
+    to `size` frames (bytes, never a file), taken out by one message; thread-safe."""
+
+    def __init__(self, size: int = BURST_FRAMES) -> None:
+        self.size = size
+        self._frames: list[bytes] = []
+        self._taking = False  # armed: the stream's next frames are kept
+        self._since = 0.0  # when it was armed
+        self._used = 0  # frames the last message took (its count, never the frames)
+        self._lock = threading.Lock()
+
+    @property
+    def held(self) -> int:
+        """Frames held now (a property, not __len__: an empty holder must stay truthy to Gradio)."""
+        with self._lock:
+            return len(self._frames)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Frames:
+        return Frames(self.size)  # each session's gr.State gets a holder of its own, empty
+
+    def arm(self) -> None:
+        """Keep the next `size` frames (dropping any held)."""
+        with self._lock:
+            self._frames, self._taking, self._since, self._used = [], True, time.monotonic(), 0
+
+    def add(self, frame: bytes | None) -> int | None:
+        """Keep `frame` if a burst is being taken: the number of frames held then, else None (dropped)."""
+        with self._lock:
+            if frame is None or not self._taking or self._expired():
+                return None
+            self._frames.append(frame)
+            self._taking = len(self._frames) < self.size
+            return len(self._frames)
+
+    def take(self) -> list[bytes]:
+        """The frames held (none once expired), taken out: the holder is empty afterwards."""
+        with self._lock:
+            frames = [] if self._expired() else self._frames
+            self._frames, self._taking, self._used = [], False, len(frames)
+            return frames
+
+    def clear(self) -> None:
+        """Drop whatever is held or being taken."""
+        with self._lock:
+            self._frames, self._taking, self._used = [], False, 0
+
+    def _expired(self) -> bool:
+        return time.monotonic() - self._since > BURST_SECONDS
+
+    def status(self) -> str:
+        """What the page says about this burst: how many frames it holds, or what the last message took."""
+        with self._lock:
+            held, taking, used = len(self._frames), self._taking, self._used
+        if taking and not held:
+            return (f"Hold still: taking **{self.size} frames**… (the camera above must be on: **Click to Access "
+                    "Webcam**, then **Record**)")
+        if taking:
+            return f"Hold still… **{held} of {self.size} frames** taken."
+        if held:
+            return (f"**Burst: {held} frame{'s' if held != 1 else ''}**, fused into one probe for your next message, "
+                    "then deleted.")
+        if used:
+            return (f"The last message used a burst of **{used} frame{'s' if used != 1 else ''}**; they are "
+                    f"deleted. Press **Take {self.size} frames** for the next one.")
+        return NO_BURST
+
+
+def forget(frames: Frames | None) -> None:
+    """The tab closed, or its burst outlived BURST_SECONDS: drop its frames (gr.State's delete_callback)."""
+    if isinstance(frames, Frames):
+        frames.clear()
+
+
+def frame_bytes(value: Any) -> bytes | None:
+    """The image bytes of one streamed frame (a {"url": "data:image/…;base64,…"} payload, or that URL), or
+    None for anything else: a streamed frame is never a path, so nothing on the server is ever read."""
+    url = value.get("url") if isinstance(value, dict) else value
+    if not isinstance(url, str) or not url.startswith("data:image/"):
+        return None
+    head, _, data = url.partition(",")
+    if not head.endswith(";base64") or len(data) > MAX_FRAME_BYTES * 4 // 3 + 4:
+        return None
+    try:
+        return base64.b64decode(data, validate=True) or None
+    except (binascii.Error, ValueError):
+        return None
+
+
+def chosen(probe: Any, frames: Frames | None) -> Any:
+    """A message's probe: the burst this box took (a Burst of its frames, taken out of the holder; an image
+    left in the box meanwhile is deleted unread), else the image upload as it is."""
+    taken = frames.take() if isinstance(frames, Frames) else []
+    if not taken:
+        return probe
+    uploads.discard(probe)
+    return Burst(taken)
