@@ -8,7 +8,9 @@ delete, forget, import, calibrate) are checked directly.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import io
 import json
 import os
 import socket
@@ -32,6 +34,7 @@ from biomem.identity.calibrate import SAMPLE_PALMS
 from biomem.identity.samples import group_photo_path
 from biomem.notes.llm import OfflineLLM, OpenAIChat
 from biomem.ui import Controller, render, uploads
+from biomem.ui.bursts import MAX_FRAME_BYTES, Frames, frame_bytes
 from biomem.ui.controller import NO_HOUSEHOLD_CHOSEN
 from biomem.ui.messages import friendly
 from modalities.palmsynth import palm_capture
@@ -221,6 +224,105 @@ def test_privacy_settings_of_the_launched_app(server, tmp_path):
     outside.write_bytes(b"x")
     uploads.discard(outside)  # only files inside Gradio's cache are ever deleted
     assert outside.exists()
+
+
+# ---- webcam bursts ------------------------------------------------------------------------------
+
+def streamed(image: np.ndarray) -> dict:
+    """One frame of a started burst camera as the page streams it: a JPEG data: URL in the request, no file."""
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="JPEG", quality=92)
+    return {"path": None, "url": "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()}
+
+
+def too_far(image: np.ndarray) -> np.ndarray:
+    """A 640 x 480 webcam frame with `image`'s face 60 px wide in its middle: a visitor standing too far away."""
+    frame = np.full((480, 640, 3), 120, np.uint8)
+    frame[210:270, 290:350] = np.asarray(Image.fromarray(image).resize((60, 60)))
+    return frame
+
+
+def chat_burst(demo: gr.Blocks) -> SimpleNamespace:
+    """The page's own handlers of the Chat probe box's burst (its camera's stream, "Take 3 frames") and of Ask."""
+    def event(test) -> object:
+        return next(f.fn for f in demo.fns.values() if test(f))
+
+    def on_chat_box(f) -> bool:
+        boxes = {getattr(b, "elem_id", None) for b in f.inputs + f.outputs}
+        return bool(boxes & {"bm-chat-probe", "bm-chat-probe-camera"})
+
+    return SimpleNamespace(stream=event(lambda f: f.connection == "stream" and on_chat_box(f)),
+                           take=event(lambda f: f.fn.__name__ == "armed" and on_chat_box(f)),
+                           ask=event(lambda f: f.api_name == "ask"))  # (question, probe, frames, encoder, request)
+
+
+def taken(page: SimpleNamespace, images: list[np.ndarray]) -> Frames:
+    """A burst of `images` taken through the page's handlers: "Take 3 frames", then the camera's stream."""
+    frames = Frames()
+    page.take(frames)
+    for image in images:
+        page.stream(streamed(image), frames)
+    return frames
+
+
+def test_a_webcam_burst_is_fused_into_one_probe_for_one_message(server):
+    page = chat_burst(server.demo)
+    frames = Frames()
+    assert page.stream(streamed(demo_capture(0, 13)), frames) == (gr.skip(), None)  # no burst asked for: dropped
+    assert frames.held == 0
+    held, status, box = page.take(frames)
+    assert held is frames and "taking **3 frames**" in status and box is None  # the burst replaces the box's image
+    shown = [page.stream(streamed(demo_capture(0, n)), frames) for n in (13, 14, 15, 16)]
+    assert [text for text, _ in shown] == ["Hold still… **1 of 3 frames** taken.", "Hold still… **2 of 3 frames** "
+                                           "taken.", frames.status(), gr.skip()]  # a fourth frame is dropped
+    assert frames.status().startswith("**Burst: 3 frames**") and frames.held == 3
+    assert all(camera is None for _, camera in shown)  # Gradio's copy of the camera's value holds no frame
+    result = page.ask(QUESTION, None, frames, "face-arcface-s", None)
+    assert result["gate"]["label"] == "Ana" and PINS["Ana"] in result["answer"]
+    assert frames.held == 0 and "used a burst of **3 frames**" in frames.status()
+    assert page.stream(streamed(demo_capture(0, 17)), frames) == (gr.skip(), None) and frames.held == 0
+    with pytest.raises(gr.Error, match="No probe"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the hint's toast, outside a page)
+        page.ask(QUESTION, None, frames, "face-arcface-s", None)  # used once
+    assert cached_images(server.cache) == []
+
+
+def test_a_burst_says_when_every_frame_is_too_poor_or_the_frames_show_different_people(server):
+    page = chat_burst(server.demo)
+    for images, title, words in (
+            ([too_far(demo_capture(1, n)) for n in (17, 18, 19)], "Poor capture: move closer",
+             "None of the burst's 3 frames was clear enough. The face is"),
+            ([demo_capture(0, 17), demo_capture(1, 17), demo_capture(0, 18)], "More than one person",
+             "The burst's 3 frames show different people")):
+        frames = taken(page, images)
+        with pytest.raises(gr.Error) as refused:
+            page.ask(QUESTION, None, frames, "face-arcface-s", None)
+        assert refused.value.title == title and words in refused.value.message
+        assert not set(DEMO_PEOPLE) & set(refused.value.message.replace(".", " ").split())
+        assert frames.held == 0 and "used a burst of **3 frames**" in frames.status()  # used, whatever happened
+    # one frame too far among good ones is skipped: the others still make the probe
+    frames = taken(page, [demo_capture(1, 17), too_far(demo_capture(1, 18)), demo_capture(1, 19)])
+    assert page.ask(QUESTION, None, frames, "face-arcface-s", None)["gate"]["label"] == "Ben"
+
+
+def test_a_streamed_frame_is_image_bytes_in_the_request_never_a_path(server, tmp_path):
+    secret = server.cache / "kept" / "secret.png"
+    secret.parent.mkdir(parents=True)
+    Image.fromarray(demo_capture(0, 20)).save(secret)
+    good = streamed(demo_capture(0, 20))
+    assert frame_bytes(good) == base64.b64decode(good["url"].split(",")[1]) == frame_bytes(good["url"])
+    for crafted in ({"path": str(secret)}, {"path": str(secret), "url": None}, {"url": f"file://{secret}"},
+                    {"url": "data:text/plain;base64,aGVsbG8="}, {"url": "data:image/png,%89PNG"},
+                    {"url": "data:image/png;base64,not base64!"}, {"url": "data:image/png;base64,"},
+                    {"url": "data:image/jpeg;base64," + "A" * (MAX_FRAME_BYTES * 4 // 3 + 8)}, str(secret), None, 7):
+        assert frame_bytes(crafted) is None, crafted
+    page = chat_burst(server.demo)
+    frames = Frames()
+    page.take(frames)
+    assert page.stream({"path": str(secret)}, frames) == (gr.skip(), None) and frames.held == 0
+    assert secret.exists()  # nothing read, nothing deleted
+    secret.unlink()
+    secret.parent.rmdir()
 
 
 # ---- handlers behind the private events ---------------------------------------------------------

@@ -1,7 +1,8 @@
 """The app in a real browser: Debian's Chromium driven by Playwright, with a fake webcam showing Ana.
 
 Load the demo, upload a probe and ask, read the gate / gated-in / gated-out panel, capture
-from the webcam and ask again, compare Ana with a stranger, see a readable error, check that
+from the webcam and ask again, take a webcam burst of 3 frames and ask with it (and a burst of a face
+too far away: "move closer"), compare Ana with a stranger, see a readable error, check that
 a second visitor sees none of it, that the page asks nothing of any other host and that no
 probe image is left in Gradio's cache; then each rough edge of issues 11 and 23, fixed. Screenshots
 go to each test's tmp_path (`screenshots/`); with BIOMEM_UPDATE_SCREENSHOTS=1 the compare tab's
@@ -17,6 +18,7 @@ the test is skipped, unless BIOMEM_REQUIRE_BROWSER=1 (CI) turns the skip into a 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -29,6 +31,7 @@ from PIL import Image
 
 from biomem import BioMemory
 from biomem.engine.demo import demo_capture
+from biomem.ui.bursts import Frames
 from tests.test_app import cached_images, served_app
 
 from .conftest import CHROMIUM_ARGS
@@ -64,9 +67,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
               pytest.mark.filterwarnings("ignore::Warning:gradio.queueing")]
 
 
-def write_y4m(path: Path, rgb: np.ndarray, width: int = 640, height: int = 480, frames: int = 2) -> Path:
-    """A Y4M video (4:2:0, full-range BT.601) of `rgb` centred on grey: Chromium's fake camera input."""
-    side = min(width, height)
+def write_y4m(path: Path, rgb: np.ndarray, width: int = 640, height: int = 480, frames: int = 2,
+              side: int | None = None) -> Path:
+    """A Y4M video (4:2:0, full-range BT.601) of `rgb` centred on grey, `side` pixels square (default the
+    frame's height): Chromium's fake camera input."""
+    side = side or min(width, height)
     frame = np.full((height, width, 3), 120, np.uint8)
     top, left = (height - side) // 2, (width - side) // 2
     frame[top:top + side, left:left + side] = np.asarray(Image.fromarray(rgb).resize((side, side)))
@@ -84,6 +89,32 @@ def write_y4m(path: Path, rgb: np.ndarray, width: int = 640, height: int = 480, 
         for _ in range(frames):
             out.write(b"FRAME\n" + data)
     return path
+
+
+def start_burst_camera(page, box: str) -> None:
+    """Open the webcam burst of probe box `box`, start its live camera as a person does (access the webcam,
+    then Record) and wait until it shows the (fake) camera's picture and streams."""
+    from playwright.sync_api import expect
+
+    page.click(f"#{box}-burst >> text=Webcam burst")
+    camera = f"#{box}-camera"
+    page.click(f"{camera} button:has-text('Click to Access Webcam')")
+    page.wait_for_function(f"() => {{ const v = document.querySelector('{camera} video');"
+                           " return v && v.readyState >= 2 && v.videoWidth > 0; }")
+    page.click(f"{camera} button[aria-label='capture photo']")  # "Record": the live stream starts
+    expect(page.locator(f"{camera} button[aria-label='capture photo']")).to_contain_text("Stop")
+
+
+def frames_left(demo) -> list[str]:
+    """Every webcam frame the server still holds: in a tab's burst, or as a camera's value in Gradio's copy of a
+    session's values."""
+    left = []
+    for session, state in demo.server_app.state_holder.session_data.items():
+        left += [f"{session}: {value.held} burst frames" for value in state.state_data.values()
+                 if isinstance(value, Frames) and value.held]
+        left += [f"{session}: a frame in the config" for config in state.config_values.values()
+                 if "data:image/" in json.dumps(config, default=str)]
+    return left
 
 
 def settled(page, *buttons: str) -> None:
@@ -135,6 +166,7 @@ def test_a_visitor_loads_the_demo_asks_captures_and_compares(chromium_path, tmp_
     Image.fromarray(demo_capture(1, 9)).save(probes["ben"])
     Image.fromarray(np.full((256, 256, 3), 128, np.uint8)).save(probes["blank"])
     camera = write_y4m(tmp_path / "ana.y4m", demo_capture(0, 11))  # Ana, as a capture never enrolled
+    far = write_y4m(tmp_path / "far.y4m", demo_capture(1, 12), side=60)  # Ben, too far away: a 32 px face
 
     mem = BioMemory(tmp_path / "browser.db", text_model=text_encoder, encoder=face_encoder)
     with served_app(mem, tmp_path / "gradio-cache") as server, sync_playwright() as playwright:
@@ -188,6 +220,34 @@ def test_a_visitor_loads_the_demo_asks_captures_and_compares(chromium_path, tmp_
             expect(page.locator("#bm-chatbot")).to_contain_text("My PIN for the bank card is 4821")
             page.screenshot(path=shots / "04-chat-webcam.png", full_page=True)
 
+            # 3b. a webcam burst: Ana holds still while the page takes 3 frames of the live camera, fused into
+            # one probe for one message; the burst replaces what the probe box held, and is gone afterwards
+            settled(page, "#bm-ask")
+            frames = page.locator("#bm-chat-probe-frames")
+            start_burst_camera(page, "bm-chat-probe")
+            expect(frames).to_contain_text("No burst")
+            page.click("#bm-chat-probe-stranger")  # an image in the box: taking a burst empties it
+            expect(page.locator("#bm-chat-probe .image-frame img")).to_be_visible()
+            assert page.evaluate(OVERLAPS) == []
+            page.click("#bm-chat-probe-take")
+            expect(frames).to_contain_text("Burst: 3 frames")
+            expect(page.locator("#bm-chat-probe .image-frame img")).to_have_count(0)
+            page.screenshot(path=shots / "04b-burst-taken.png", full_page=True)
+            page.fill("#bm-question textarea", "What is the Wi-Fi password?")
+            page.click("#bm-ask")
+            expect(frames).to_contain_text("The last message used a burst of 3 frames")
+            expect(panel.locator(".bm-verdict")).to_contain_text("Matched Ana")
+            expect(page.locator("#bm-chatbot")).to_contain_text("tulip-river-42")  # her household's note
+            settled(page, "#bm-ask")
+            assert frames_left(server.demo) == []
+            page.fill("#bm-question textarea", "What is the Wi-Fi password?")
+            page.click("#bm-ask")  # the burst was used once: this message has no probe
+            toast(page, "Warning", "No probe")
+            settled(page, "#bm-ask")
+            page.click("#bm-chat-probe-camera button[aria-label='capture photo']")  # Stop
+            expect(page.locator("#bm-chat-probe-camera button[aria-label='capture photo']")).to_contain_text("Record")
+            page.screenshot(path=shots / "04c-burst-used.png", full_page=True)
+
             # 4. an unusable probe: a readable message, no traceback
             settled(page, "#bm-ask")
             page.set_input_files("#bm-chat-probe input[data-testid='file-upload']", probes["blank"])
@@ -230,6 +290,31 @@ def test_a_visitor_loads_the_demo_asks_captures_and_compares(chromium_path, tmp_
             expect(page.locator("#bm-chatbot")).to_contain_text("4821")  # the first visitor's chat is intact
         finally:
             browser.close()
+
+        # 7. a kiosk whose visitor stands too far away: every frame of the burst is a poor capture, and the page
+        # says what to change ("move closer"); nothing is matched, and no frame is kept
+        browser = playwright.chromium.launch(executable_path=chromium_path, headless=True,
+                                             args=[*BROWSER_ARGS, f"--use-file-for-fake-video-capture={far}"])
+        try:
+            context = browser.new_context(viewport={"width": 1360, "height": 1000})
+            context.grant_permissions(["camera"], origin=origin)
+            page = context.new_page()
+            page.set_default_timeout(STEP_MS)
+            page.goto(server.url, wait_until="domcontentloaded")
+            page.click("#bm-tab-chat-button")
+            start_burst_camera(page, "bm-chat-probe")
+            page.click("#bm-chat-probe-take")
+            expect(page.locator("#bm-chat-probe-frames")).to_contain_text("Burst: 3 frames")
+            page.fill("#bm-question textarea", "What is my bank card PIN?")
+            page.click("#bm-ask")
+            toast(page, "Error", "Poor capture: move closer — None of the burst's 3 frames was clear enough")
+            expect(page.locator("#bm-chat-probe-frames")).to_contain_text("The last message used a burst of 3 frames")
+            expect(page.locator("#bm-chatbot")).not_to_contain_text("7390")
+            settled(page, "#bm-ask")
+            page.screenshot(path=shots / "07-burst-too-far.png", full_page=True)
+        finally:
+            browser.close()
+        assert frames_left(server.demo) == []
 
         assert elsewhere == [], f"the page contacted other hosts: {elsewhere}"
         assert cached_images(server.cache) == []  # every probe (upload, webcam, samples) was deleted

@@ -201,7 +201,8 @@ def test_outsiders_posting_the_household_events_learn_nothing_of_a_household(tmp
         door = {fn.fn.door: i for i, fn in fns.items()
                 if getattr(fn.fn, "door", None) in ("page:households", "page:found_household", "page:join_household")}
         door["memo"] = next(i for i, fn in fns.items() if getattr(fn.fn, "door", None) == "page:remember"
-                            and len(fn.inputs) == 5)  # the Enrol tab's Remember: text, probe, where, hidden, encoder
+                            and len(fn.inputs) == 6)  # the Enrol tab's Remember: text, probe, burst, where, hidden,
+        # encoder (a probe box's webcam burst is a gr.State: its slot is posted empty, the server holds its frames)
         n = iter(range(100))
 
         def probe(image: np.ndarray) -> dict:
@@ -218,25 +219,25 @@ def test_outsiders_posting_the_household_events_learn_nothing_of_a_household(tmp
 
         zoe, stranger, face = (lambda: probe(demo_capture(5, 3))), (lambda: probe(demo_capture(6, 2))), "face-arcface-s"
         # no probe at all
-        assert "No probe" in post("page:households", [None, face], "nobody")
+        assert "No probe" in post("page:households", [None, None, face], "nobody")
         assert "No probe" in post("page:found_household", ["Home", None, None, face], "nobody")
         assert "Two people needed" in post("page:join_household", ["Home", None, None, None, None, face], "nobody")
         # a stranger
-        assert "Not recognised" in post("page:households", [stranger(), face], "stranger")
+        assert "Not recognised" in post("page:households", [stranger(), None, face], "stranger")
         assert "fresh, clear probe" in post("page:join_household", ["Home", stranger(), None, zoe(), None, face],
                                             "stranger")
-        assert "Not recognised" in post("memo", ["Let me in", stranger(), str(home.id), [], face], "stranger")
+        assert "Not recognised" in post("memo", ["Let me in", stranger(), None, str(home.id), [], face], "stranger")
         # Zoe, in no household: her list is empty, and Home is as absent as a household that never was
-        listed = post("page:households", [zoe(), face], "zoe")
+        listed = post("page:households", [zoe(), None, face], "zoe")
         assert '"success": true' in listed
-        offered = call_event(served.url, door["page:households"] + 1, [None], "zoe")  # the event that shows the list
+        offered = call_event(served.url, door["page:households"] + 1, [None, None], "zoe")  # the event that shows it
         assert "Zoe** belongs to no household yet" in json.dumps(offered)
         assert not [word for word in secrets_ if word in json.dumps(offered)]
         errors = {label: json.loads(post("page:join_household", [label, zoe(), None, stranger(), None, face],
                                          f"zoe-{label}"))["output"] for label in ("Home", "Nowhere")}
         assert errors["Home"] == errors["Nowhere"] and "No such household" in json.dumps(errors["Home"])
-        forged = {where: json.loads(post("memo", ["Zoe was here", zoe(), where, [], face], f"zoe-{where}"))["output"]
-                  for where in (str(home.id), "999999")}
+        forged = {where: json.loads(post("memo", ["Zoe was here", zoe(), None, where, [], face],
+                                         f"zoe-{where}"))["output"] for where in (str(home.id), "999999")}
         assert forged[str(home.id)] == forged["999999"] and "No such household" in json.dumps(forged["999999"])
         assert cached_images(served.cache) == []
     assert (mem.store.counts(), [g.as_dict() for g in mem.store.all_groups()]) == before

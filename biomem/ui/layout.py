@@ -22,7 +22,7 @@ import gradio as gr
 
 from ..engine.memory import BioMemory
 from ..settings import Settings
-from . import render, uploads
+from . import bursts, render, uploads
 from .controller import OWN, UNLOCK_SECONDS, Controller
 from .doors import door
 from .messages import friendly
@@ -52,6 +52,17 @@ class Control:
 
 
 @dataclass(frozen=True)
+class BurstBox:
+    """A probe box's webcam burst (biomem.ui.bursts): its streaming camera, this tab's frames (kept on the
+    server) and the line that says how many frames it holds. An action that takes the box's probe takes
+    its burst first, and its last event says what became of it."""
+
+    camera: gr.Image
+    frames: gr.State
+    status: gr.Markdown
+
+
+@dataclass(frozen=True)
 class Listing:
     """The "My notes" listing: the unlocked session (kept on the server), its line and its table. Made
     before the tabs, so a Remember in any tab can refresh it in its last event."""
@@ -75,12 +86,14 @@ def on(ui: Controller, name: str, fn: Callable) -> Callable:
 
 def action(ui: Controller, triggers: Sequence[Any], group: str, controls: Sequence[Control], work: Callable,
            inputs: list[Any], result: Any, finish: Callable, finish_inputs: list[Any], finish_outputs: list[Any],
-           *, name: str, **work_options: Any) -> None:
+           *, name: str, burst: BurstBox | None = None, **work_options: Any) -> None:
     """Wire one visitor action: `controls` go busy and `result` is emptied at once (a second start of
     `group` in the same tab while one runs is ignored), `work` writes `result` (or raises: a toast), and
     then `finish` renders `finish_outputs` from `finish_inputs` (`result` None: the work failed) in the
-    same last event that gives the controls back. `name` is the work's door in biomem.engine.access."""
+    same last event that gives the controls back, and says what became of the `burst` the work took (its
+    frames are among `inputs`). `name` is the work's door in biomem.engine.access."""
     buttons = [c.button for c in controls]
+    held = [burst.frames] if burst else []
 
     def begin(request: gr.Request) -> tuple[Any, ...]:
         ui.claim(request, group)
@@ -88,13 +101,16 @@ def action(ui: Controller, triggers: Sequence[Any], group: str, controls: Sequen
 
     def end(request: gr.Request, *values: Any) -> tuple[Any, ...]:
         ui.release(request, group)
-        return (*finish(*values), *(gr.update(interactive=True, value=c.label) for c in controls))
+        shown = finish(*values[:len(values) - len(held)])
+        said = [frames.status() for frames in values[len(values) - len(held):]]
+        return (*shown, *said, *(gr.update(interactive=True, value=c.label) for c in controls))
 
     started = gr.on(list(triggers), on(ui, "page:view", begin), None, [result, *buttons], **QUICK)
     public = "api_name" in work_options  # ask, remember and compare: the public API
     worked = started.success(on(ui, name, work), inputs, [result], **({} if public else PRIVATE), **work_options)
     for landed in (worked.success, worked.failure):
-        landed(on(ui, "page:view", end), finish_inputs, [*finish_outputs, *buttons], **QUICK)
+        landed(on(ui, "page:view", end), [*finish_inputs, *held],
+               [*finish_outputs, *([burst.status] if burst else []), *buttons], **QUICK)
 
 
 def watch(ui: Controller, component: gr.Image | gr.File) -> None:
@@ -130,6 +146,48 @@ def probe_input(ui: Controller, elem_id: str, label: str, encoder: gr.Dropdown, 
     image = image_input(ui, elem_id, label, height)
     samples_row(ui, elem_id, ui.sample_capture, encoder, image)
     return image
+
+
+def burst_input(ui: Controller, elem_id: str, image: gr.Image) -> BurstBox:
+    """The webcam burst of the probe box `image`: a live camera, "Take 3 frames" (which empties `image`:
+    the burst is the probe now) and "Clear"; an image put in `image` afterwards replaces the burst."""
+    frames = gr.State(bursts.Frames(), time_to_live=bursts.BURST_SECONDS, delete_callback=bursts.forget)
+    with gr.Accordion(f"Webcam burst: hold still while the page takes {bursts.BURST_FRAMES} frames", open=False,
+                      elem_id=f"{elem_id}-burst", elem_classes="bm-burst"):
+        camera = gr.Image(label="Live camera", sources=["webcam"], streaming=True, type="filepath", height=200,
+                          elem_id=f"{elem_id}-camera", elem_classes="bm-probe", buttons=[],
+                          webcam_options=gr.WebcamOptions(mirror=False))
+        with gr.Row(equal_height=True):
+            take = gr.Button(f"Take {bursts.BURST_FRAMES} frames", size="sm", elem_id=f"{elem_id}-take")
+            drop = gr.Button("Clear", size="sm", elem_id=f"{elem_id}-drop")
+        status = gr.Markdown(bursts.NO_BURST, elem_id=f"{elem_id}-frames", elem_classes="bm-hint")
+
+    def streamed(frame: Any, held: bursts.Frames) -> tuple[Any, None]:
+        """One frame of the live camera: kept if a burst is being taken, else dropped; the camera's value is
+        written back empty, so the session's copy of it holds no frame."""
+        count = held.add(bursts.frame_bytes(frame))
+        return (gr.skip() if count is None else held.status()), None
+
+    def armed(held: bursts.Frames) -> tuple[Any, ...]:
+        held.arm()
+        return held, held.status(), None  # (written back: the state's time to live counts from now)
+
+    def cleared(held: bursts.Frames) -> str:
+        held.clear()
+        return held.status()
+
+    def replaced(value: Any, held: bursts.Frames) -> Any:
+        if not uploads.upload_path(value):
+            return gr.skip()  # the box was emptied (by a message, or by taking a burst): the burst stays
+        held.clear()
+        return held.status()
+
+    camera.stream(on(ui, "page:view", streamed), [camera, frames], [status, camera], preprocess=False,
+                  stream_every=bursts.STREAM_EVERY, time_limit=bursts.STREAM_SECONDS, **QUICK)
+    take.click(on(ui, "page:view", armed), [frames], [frames, status, image], **QUICK)
+    drop.click(on(ui, "page:view", cleared), [frames], [status], **QUICK)
+    image.change(on(ui, "page:view", replaced), [image, frames], [status], preprocess=False, **QUICK)
+    return BurstBox(camera, frames, status)
 
 
 def second_input(ui: Controller, elem_id: str, label: str, encoder: gr.Dropdown) -> gr.Image:
@@ -217,6 +275,7 @@ def chat_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Lis
                 ask_button = gr.Button("Ask", variant="primary", scale=1, min_width=80, elem_id="bm-ask")
                 remember_button = gr.Button("Remember", scale=1, min_width=80, elem_id="bm-remember")
             probe = probe_input(ui, "bm-chat-probe", "Who is asking? Probe for this message", encoder)
+            burst = burst_input(ui, "bm-chat-probe", probe)
         with gr.Column(scale=2):
             panel = gr.HTML(render.panel_html(None), elem_id="bm-chat-panel")
     with gr.Accordion("What the LLM saw: the exact prompt", open=False):
@@ -224,13 +283,15 @@ def chat_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Lis
     with gr.Accordion("Raw result (JSON, as the ask / remember API returns it)", open=False):
         raw = gr.JSON(elem_id="bm-chat-json")
 
-    def ask(question: str, probe: Any, encoder: str | None, request: gr.Request) -> dict[str, Any]:
+    def ask(question: str, probe: Any, frames: bursts.Frames | None, encoder: str | None,
+            request: gr.Request) -> dict[str, Any]:
         """Ask the shared agent as whoever `probe` shows; the gate decides which memories it may read."""
-        return ui.ask(question, probe, encoder, request)
+        return ui.ask(question, bursts.chosen(probe, frames), encoder, request)
 
-    def remember(text: str, probe: Any, encoder: str | None, request: gr.Request) -> dict[str, Any]:
+    def remember(text: str, probe: Any, frames: bursts.Frames | None, encoder: str | None,
+                 request: gr.Request) -> dict[str, Any]:
         """Store `text` for whoever `probe` shows (refused for a stranger)."""
-        return ui.remember(text, probe, encoder, request)
+        return ui.remember(text, bursts.chosen(probe, frames), encoder, request)
 
     def shown(result: dict[str, Any] | None, history: list[dict[str, Any]] | None,
               unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
@@ -245,9 +306,9 @@ def chat_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Lis
     outputs = [chatbot, panel, prompt, question, probe, status, *listing.outputs]
     for triggers, work, name in (([ask_button.click, question.submit], ask, "ask"),
                                  ([remember_button.click], remember, "remember")):
-        action(ui, triggers, "chat", controls, work, [question, probe, encoder], raw, shown,
-               [raw, chatbot, listing.unlocked], outputs, name=f"page:{name}", api_name=name, show_progress_on=[panel],
-               **RAW)
+        action(ui, triggers, "chat", controls, work, [question, probe, burst.frames, encoder], raw, shown,
+               [raw, chatbot, listing.unlocked], outputs, name=f"page:{name}", burst=burst, api_name=name,
+               show_progress_on=[panel], **RAW)
     return probe
 
 
@@ -301,6 +362,7 @@ def remember_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listin
                 "whom to hide it from), then show your probe again and press **Remember**.")
     text = gr.Textbox(label="Memory", elem_id="bm-memo")
     probe = probe_input(ui, "bm-memo-probe", "Probe", encoder, height=200)
+    burst = burst_input(ui, "bm-memo-probe", probe)
     with gr.Row(equal_height=True):
         where = gr.Dropdown(OWN_ONLY, value=OWN, label="Where", scale=2, min_width=160, elem_id="bm-memo-where")
         hidden = gr.CheckboxGroup([], label="Hide it from", info="members of the chosen household", scale=3,
@@ -313,9 +375,9 @@ def remember_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listin
     homes = gr.State(None)  # whom "My households" admitted, and their households: the choices (server-side)
     controls = [Control(memo_button, "Remember"), Control(homes_button, "My households")]
 
-    def memo(text: str, probe: Any, where: Any, hidden: Any, encoder: str | None,
+    def memo(text: str, probe: Any, frames: bursts.Frames | None, where: Any, hidden: Any, encoder: str | None,
              request: gr.Request) -> dict[str, Any]:
-        return ui.remember(text, probe, encoder, request, where, hidden)
+        return ui.remember(text, bursts.chosen(probe, frames), encoder, request, where, hidden)
 
     def shown(result: dict[str, Any] | None, unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
         if result is None:  # the choices stay: they are still the requester's, and the engine checks again
@@ -331,13 +393,14 @@ def remember_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listin
                       f"“{render.esc(note['content'])}”.")
         return (stored, "", None, ui.status(), *listing_now(ui, unlocked), *choices(None))
 
-    action(ui, [memo_button.click], "memo", controls, memo, [text, probe, where, hidden, encoder], stored,
-           shown, [stored, listing.unlocked],
+    action(ui, [memo_button.click], "memo", controls, memo, [text, probe, burst.frames, where, hidden, encoder],
+           stored, shown, [stored, listing.unlocked],
            [memo_message, text, probe, status, *listing.outputs, where, hidden, homes],
-           name="page:remember", show_progress_on=[memo_message], **RAW)
+           name="page:remember", burst=burst, show_progress_on=[memo_message], **RAW)
 
-    def households(probe: Any, encoder: str | None, request: gr.Request) -> dict[str, Any]:
-        return ui.households(probe, encoder, request)
+    def households(probe: Any, frames: bursts.Frames | None, encoder: str | None,
+                   request: gr.Request) -> dict[str, Any]:
+        return ui.households(bursts.chosen(probe, frames), encoder, request)
 
     def offered(done: dict[str, Any] | None) -> tuple[Any, ...]:
         if done is None:
@@ -349,9 +412,9 @@ def remember_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listin
         return (f"Households of **{render.esc(done['label'])}**: {names}. Choose where, then show your probe "
                 "again and press **Remember**.", None, *choices(done))
 
-    action(ui, [homes_button.click], "memo", controls, households, [probe, encoder], found, offered, [found],
-           [memo_message, probe, where, hidden, homes], name="page:households", show_progress_on=[memo_message],
-           **RAW)
+    action(ui, [homes_button.click], "memo", controls, households, [probe, burst.frames, encoder], found, offered,
+           [found], [memo_message, probe, where, hidden, homes], name="page:households", burst=burst,
+           show_progress_on=[memo_message], **RAW)
     where.input(on(ui, "page:view", hide_choices), [where, homes], [hidden], **QUICK)
 
 
@@ -433,6 +496,7 @@ def notes_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing:
                 "boxes.")
     timer = gr.Timer(15)  # hides an unlocked listing once its time is up
     probe = probe_input(ui, "bm-unlock-probe", "Probe", encoder, height=200)
+    burst = burst_input(ui, "bm-unlock-probe", probe)
     second = second_input(ui, "bm-unlock-second", "Second probe (the other kind)", encoder)
     with gr.Row():
         unlock_button = gr.Button("Unlock my notes", variant="primary", elem_id="bm-unlock")
@@ -442,8 +506,9 @@ def notes_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing:
     result = gr.State(None)
     notes_message = changes_panel(ui, encoder, status, listing)
 
-    def unlock(probe: Any, second: Any, encoder: str | None, request: gr.Request) -> dict[str, Any]:
-        return ui.unlock(probe, encoder, second, request)
+    def unlock(probe: Any, frames: bursts.Frames | None, second: Any, encoder: str | None,
+               request: gr.Request) -> dict[str, Any]:
+        return ui.unlock(bursts.chosen(probe, frames), encoder, second, request)
 
     def shown(session: dict[str, Any] | None, before: dict[str, Any] | None) -> tuple[Any, ...]:
         ui.lock(before)  # a new unlock, or a failed one, ends the listing shown before
@@ -460,9 +525,9 @@ def notes_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing:
         return lock(unlocked) if unlocked and unlocked["until"] < time.time() else (gr.skip(),) * 4
 
     controls = [Control(unlock_button, "Unlock my notes"), Control(lock_button, "Lock")]
-    action(ui, [unlock_button.click], "unlock", controls, unlock, [probe, second, encoder], result, shown,
-           [result, listing.unlocked], [*listing.outputs, notes_message, probe, second],
-           name="page:unlock", show_progress_on=[listing.message], **RAW)
+    action(ui, [unlock_button.click], "unlock", controls, unlock, [probe, burst.frames, second, encoder], result,
+           shown, [result, listing.unlocked], [*listing.outputs, notes_message, probe, second],
+           name="page:unlock", burst=burst, show_progress_on=[listing.message], **RAW)
     lock_button.click(on(ui, "page:view", lock), [listing.unlocked], [*listing.outputs, notes_message], **PRIVATE)
     timer.tick(on(ui, "page:view", lock_when_due), [listing.unlocked], [*listing.outputs, notes_message],
                show_progress="hidden", **PRIVATE)
@@ -472,6 +537,7 @@ def changes_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing
     """Delete a note or forget oneself, each proven by a fresh probe (never by the unlock); the listing
     shows the unlocked person's notes as they are afterwards. Returns the panel's message."""
     fresh = probe_input(ui, "bm-confirm-probe", "Fresh probe to delete or forget", encoder, height=200)
+    burst = burst_input(ui, "bm-confirm-probe", fresh)
     fresh_second = second_input(ui, "bm-confirm-second", "Second fresh probe (the other kind)", encoder)
     with gr.Row(equal_height=True):
         note_id = gr.Textbox(label="Note id", placeholder="from the first column", scale=1, elem_id="bm-note-id")
@@ -485,11 +551,13 @@ def changes_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing
     result = gr.State(None)
     controls = [Control(delete_button, "Delete note"), Control(forget_button, "Forget me")]
 
-    def delete(note: Any, probe: Any, second: Any, encoder: str | None, request: gr.Request) -> str:
-        return ui.delete_note(note, probe, encoder, second, request)
+    def delete(note: Any, probe: Any, frames: bursts.Frames | None, second: Any, encoder: str | None,
+               request: gr.Request) -> str:
+        return ui.delete_note(note, bursts.chosen(probe, frames), encoder, second, request)
 
-    def forget(confirmed: bool, probe: Any, second: Any, encoder: str | None, request: gr.Request) -> str:
-        return ui.forget(confirmed, probe, encoder, second, request)
+    def forget(confirmed: bool, probe: Any, frames: bursts.Frames | None, second: Any, encoder: str | None,
+               request: gr.Request) -> str:
+        return ui.forget(confirmed, bursts.chosen(probe, frames), encoder, second, request)
 
     def deleted(done: str | None, unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
         if done is None:
@@ -502,12 +570,13 @@ def changes_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing
         return done, False, None, None, ui.status(), *listing_now(ui, unlocked)
 
     outputs = [fresh, fresh_second, status, *listing.outputs]
-    action(ui, [delete_button.click], "change", controls, delete, [note_id, fresh, fresh_second, encoder], result,
-           deleted, [result, listing.unlocked], [notes_message, note_id, *outputs],
-           name="page:delete_note", show_progress_on=[notes_message], **RAW)
-    action(ui, [forget_button.click], "change", controls, forget, [confirm, fresh, fresh_second, encoder], result,
-           forgotten, [result, listing.unlocked], [notes_message, confirm, *outputs],
-           name="page:forget", show_progress_on=[notes_message], **RAW)
+    action(ui, [delete_button.click], "change", controls, delete,
+           [note_id, fresh, burst.frames, fresh_second, encoder], result, deleted, [result, listing.unlocked],
+           [notes_message, note_id, *outputs], name="page:delete_note", burst=burst, show_progress_on=[notes_message],
+           **RAW)
+    action(ui, [forget_button.click], "change", controls, forget, [confirm, fresh, burst.frames, fresh_second, encoder],
+           result, forgotten, [result, listing.unlocked], [notes_message, confirm, *outputs], name="page:forget",
+           burst=burst, show_progress_on=[notes_message], **RAW)
     return notes_message
 
 
