@@ -94,12 +94,14 @@ def _vector_rows(vectors: np.ndarray) -> np.ndarray:
     return out
 
 
-def bulk_load(url: str, data: Any, *, dim: int, modality: str) -> dict[str, Any]:
+def bulk_load(url: str, data: Any, *, dim: int, modality: str, global_graph: bool = True) -> dict[str, Any]:
     """Load `data` (retrieval.SyntheticStore: templates, embeddings, counts, notes_for) into the empty
-    database at `url`; returns owner ids, note ids (rows in owner order) and every step's time."""
+    database at `url`; returns owner ids, note ids (rows in owner order) and every step's time. With
+    `global_graph`, one HNSW index over every note is built after the load (VECTOR_INDEX: what search
+    used before per-owner graphs; a store opened with an hnsw_threshold drops it)."""
     t0 = time.perf_counter()
     store = PostgresStore(url)  # creates the schema
-    store.ensure_vector_index(dim)  # types the column vector(dim) and makes the (empty) HNSW index
+    store.ensure_vector_index(dim)  # types the column vector(dim); no index yet
     owner_ids = np.empty(data.n_ids, dtype=np.int64)
     with store.transaction():  # one transaction: add_identity's own transactions join it
         for j in range(data.n_ids):
@@ -108,8 +110,7 @@ def bulk_load(url: str, data: Any, *, dim: int, modality: str) -> dict[str, Any]
 
     note_ids = np.arange(1, data.n_notes + 1, dtype=np.int64)  # what insert_notes gives, owner by owner
     at = now_iso()
-    with store.owner_connection() as conn:
-        conn.execute("DROP INDEX notes_hnsw")  # built once after the load, not row by row
+    with store.owner_connection() as conn:  # any graph is built once after the load, not row by row
         with conn.cursor() as cursor:
             with cursor.copy("COPY notes (id, owner_id, content, timestamp, keywords, tags, context, embedding) "
                              "FROM STDIN (FORMAT BINARY)") as copy:
@@ -137,12 +138,13 @@ def bulk_load(url: str, data: Any, *, dim: int, modality: str) -> dict[str, Any]
     t_copy = time.perf_counter()
 
     notices: list[str] = []  # pgvector says here when the graph no longer fits in memory
-    with store.owner_connection() as conn:
-        conn.add_notice_handler(lambda diagnostic: notices.append(str(diagnostic.message_primary)))
-        settings = index_build_settings(data.n_notes)
-        for name, value in settings.items():
-            conn.execute(f"SET {name} = '{value}'")
-        conn.execute(VECTOR_INDEX)  # the store's own index (pgvector's defaults m 16, ef_construction 64)
+    settings = index_build_settings(data.n_notes)
+    if global_graph:
+        with store.owner_connection() as conn:
+            conn.add_notice_handler(lambda diagnostic: notices.append(str(diagnostic.message_primary)))
+            for name, value in settings.items():
+                conn.execute(f"SET {name} = '{value}'")
+            conn.execute(VECTOR_INDEX)  # pgvector's defaults m 16, ef_construction 64
     t_index = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM (ANALYZE) biomem.notes, biomem.history, biomem.identities, biomem.templates")
@@ -152,7 +154,7 @@ def bulk_load(url: str, data: Any, *, dim: int, modality: str) -> dict[str, Any]
         counted = conn.execute("SELECT count(*) FROM notes").fetchone()[0]
         history = conn.execute("SELECT count(*) FROM history").fetchone()[0]
         generations = conn.execute("SELECT min(generation), max(generation) FROM identities").fetchone()
-        index_mb = conn.execute("SELECT pg_relation_size('notes_hnsw')").fetchone()[0] / 1e6
+        index_mb = conn.execute("SELECT coalesce(pg_relation_size(to_regclass('notes_hnsw')), 0)").fetchone()[0] / 1e6
         table_mb = conn.execute("SELECT pg_total_relation_size('notes')").fetchone()[0] / 1e6
         pgvector = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
     note_total = store.note_total()

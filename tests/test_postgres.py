@@ -15,6 +15,7 @@ from biomem import BioMemory, InvalidInputError, NoteNotFoundError, Probe, Store
 from biomem.stores import open_store
 from biomem.stores.base import TABLES
 from biomem.stores.copying import copy_store, table_checksum
+from biomem.stores.pg.graphs import GRAPH_FLOOR
 from biomem.stores.pg.schema import APP_ROLE
 from biomem.stores.pg.schema import SCHEMA_VERSION as PG_VERSION
 from biomem.stores.sqlite.schema import SCHEMA_VERSION as SQLITE_VERSION
@@ -139,27 +140,25 @@ def test_database_search_gives_the_sqlite_engines_top_k(postgres_database, tmp_p
     assert [i for i, _ in results[1][0][:2]] == [10, 20]
 
 
-def test_large_partitions_search_through_pgvector_hnsw_with_high_recall(postgres_database, text_encoder):
-    mem = memory(postgres_database("large"), text_encoder, hnsw_threshold=200)
+def test_partitions_under_the_graph_floor_are_scanned_however_low_the_threshold(postgres_database, text_encoder):
+    """hnsw_threshold=200 is raised to GRAPH_FLOOR: no graph for 400 notes, nor one over every owner (the
+    per-owner graphs themselves: tests/test_pg_graphs.py)."""
+    mem = memory(postgres_database("floor"), text_encoder, hnsw_threshold=200)
+    assert mem.partitions.hnsw_threshold == GRAPH_FLOOR
     rng = np.random.default_rng(9)
-    owners = [mem.store.add_identity(f"p{j}", MODALITY, person(j)[None, :]).id for j in range(3)]
+    owners = [mem.store.add_identity(f"p{j}", MODALITY, person(j)[None, :]).id for j in range(2)]
     for owner in owners:
         vectors = rng.standard_normal((400, text_encoder.dim)).astype(np.float32)
-        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         mem.store.insert_notes(owner, [{"content": f"n{i}", "timestamp": "2024-01-01", "keywords": [], "tags": [],
                                         "context": ""} for i in range(400)], vectors)
+    assert mem.partitions.index_partitions() == {}
     exact = type(mem.partitions)(mem.store)
-    recalls = []
-    for q in rng.standard_normal((20, text_encoder.dim)).astype(np.float32):
-        q /= np.linalg.norm(q)
-        found = mem.partitions.search(owners[1], q, 10)
-        truth = {i for i, _ in exact.search(owners[1], q, 10)}
-        recalls.append(len(truth & {i for i, _ in found}) / 10)
-        assert len(found) == 10 and {n.owner for n in mem.store.get_notes(owners[1], [i for i, _ in found])} \
-            == {owners[1]}
-    assert np.mean(recalls) >= 0.9
-    assert "notes_hnsw" in mem.partitions.explain(owners[1], q, 10)
-    assert "notes_hnsw" not in exact.explain(owners[1], q, 10)
+    q = rng.standard_normal(text_encoder.dim).astype(np.float32)
+    assert mem.partitions.search(owners[1], q, 10) == exact.search(owners[1], q, 10)
+    assert "hnsw" not in mem.partitions.explain(owners[1], q, 10)
+    with psycopg.connect(mem.store.url) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_indexes WHERE schemaname = 'biomem' AND indexdef LIKE "
+                            "'%USING hnsw%'").fetchone() == (0,)
     mem.close()
 
 

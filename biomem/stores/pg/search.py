@@ -1,15 +1,20 @@
 """Semantic search inside PostgreSQL: one owner's notes ranked by pgvector, no local index.
 
-Every partition is scanned exactly by default (the owner's rows through the btree on owner_id,
-then sorted by inner product: the SQLite engine's exact top-K, ties oldest first). Given an
-`hnsw_threshold`, a partition of at least that many notes walks pgvector's HNSW index over all
-notes with iterative scan, keeping only the owner's rows, and re-ranks what it found: one graph
-for every owner, so it pays off only for an owner holding much of the table (at 20,000 notes of
-200,000 it was slower than the scan and found 0.375 of the top 10; benchmarks/retrieval.py).
-A search `within` a filter, hidden notes or an audience (biomem.stores.base.Within) is always the exact
-scan, those conditions in its WHERE clause: the top-K of the notes they allow, K of them when K qualify.
-Both run under row-level security for that owner alone, so replicas share the database and hold
-nothing of their own to go stale.
+Every partition is scanned exactly by default (the owner's rows through the btree on owner_id, then sorted
+by inner product: the SQLite engine's exact top-K, ties oldest first). Given an `hnsw_threshold`, a
+partition of at least that many notes gets an HNSW graph of its own, a partial pgvector index on the
+owner's rows (biomem.stores.pg.graphs), and a search of that owner walks it: its cost follows the owner's
+notes, not the table's. The one graph over every owner that came before visited everyone's notes to find
+one owner's, and found 0.06 of the top 10 at 1M notes (benchmarks/pg_retrieval.py measures both).
+
+The statement names the owner as a literal, an int produced here: PostgreSQL uses a partial index only
+when it can prove the query's WHERE implies the index's, which a parameter in a generic plan never does.
+The conditions of a search `within` a filter, hidden notes or an audience (biomem.stores.base.Within) are
+in the same WHERE clause, so they apply before the top K, and pgvector's iterative scan keeps walking
+(in strict order) until K rows pass them. Wherever the graph returns fewer than K (a filter it ran out of
+budget for, a node it cannot reach), the search is run again as the exact scan; an audience smaller than
+the threshold is scanned exactly from the start. Both run under row-level security for that owner alone,
+so replicas share the database and hold nothing of their own to go stale.
 """
 
 from __future__ import annotations
@@ -20,10 +25,13 @@ import numpy as np
 import psycopg
 
 from ..filters import compile_filter
+from .graphs import OwnerGraphs, index_name
 
 if TYPE_CHECKING:
     from ..base import Within
     from .store import PostgresStore
+
+EF_SEARCH = 200  # candidates pgvector keeps while walking a graph (hnsw.ef_search); benchmarks/pg_retrieval.py
 
 # Parameters, positional (a compiled filter's are): the query vector, the owner, those of {} (more
 # conditions on the owner's rows), k.
@@ -32,54 +40,88 @@ WITH mine AS MATERIALIZED (
     SELECT id, timestamp, -(embedding <#> %s) AS score FROM notes WHERE owner_id = %s{})
 SELECT id, score FROM mine ORDER BY score DESC, timestamp, id LIMIT %s
 """
-# the query vector, the owner, the query vector again, k
-_APPROXIMATE = """
+# The owner (an int, formatted in: the partial index's predicate must be provable), then parameters: the
+# query vector, those of {conditions}, the query vector again, k.
+_GRAPH = """
 SELECT id, score FROM (
     SELECT id, timestamp, -(embedding <#> %s) AS score FROM notes
-    WHERE owner_id = %s ORDER BY embedding <#> %s LIMIT %s) found
+    WHERE owner_id = {owner}{conditions} ORDER BY embedding <#> %s LIMIT %s) found
 ORDER BY score DESC, timestamp, id
 """
+# One round trip: admit the owner (row-level security, as PostgresStore.transaction does) and read the
+# size of their graph if they have a valid one (NULL otherwise: no graph, or one still being built).
+_ADMIT_AND_GRAPH = """
+SELECT set_config('biomem.admitted', %s, true),
+       (SELECT c.reltuples FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+        WHERE i.indexrelid = to_regclass(%s) AND i.indisvalid)
+"""
+# The graph walk's settings, for this transaction: the candidate list, iterative scan in strict order
+# until k rows pass the conditions, and no sort of the partition (the planner's choice without statistics)
+_WALK = ("SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'strict_order', true), "
+         "set_config('enable_sort', 'off', true)")
 
 
 class DatabaseSearch:
-    """biomem.stores.SearchIndex over a PostgresStore: every search is one query in the database."""
+    """biomem.stores.SearchIndex over a PostgresStore: every search is one query in the database (two
+    when a graph returned fewer than k notes).
 
-    def __init__(self, store: PostgresStore, *, hnsw_threshold: int | None = None, ef_search: int = 1000) -> None:
+    hnsw_threshold: partitions of at least this many notes get a graph of their own (None: never).
+    ef_search: pgvector's candidate list while walking one (at least k).
+    """
+
+    def __init__(self, store: PostgresStore, *, hnsw_threshold: int | None = None, ef_search: int = EF_SEARCH) -> None:
         self.store = store
         self.hnsw_threshold = hnsw_threshold
         self.ef_search = ef_search
+        self.graphs = None if hnsw_threshold is None else OwnerGraphs(store, hnsw_threshold)
+        if self.graphs is not None:
+            store.on_close(self.graphs.stop)
 
     def search(self, owner_id: int, query: np.ndarray, k: int,
                within: Within | None = None) -> list[tuple[int, float]]:
         """Top-k (note id, cosine) among the owner's notes, best first, ties oldest first; with `within`,
-        among the notes it allows only (always the exact scan)."""
-        with self.store.transaction([owner_id]) as conn:
-            sql, args = self._query(conn, owner_id, query, k, within)
-            return [(int(i), float(s)) for i, s in conn.execute(sql, args)]
+        among the notes it allows only (K of them when K qualify)."""
+        with self.store.transaction() as conn:
+            sql, args, graph = self._query(conn, owner_id, query, k, within)
+            rows = conn.execute(sql, args).fetchall()
+            if graph and len(rows) < k:  # the graph could not vouch for k: the exact scan can
+                conn.execute("SELECT set_config('enable_sort', 'on', true)")
+                sql, args = self._exact(owner_id, query, k, within)
+                rows = conn.execute(sql, args).fetchall()
+            return [(int(i), float(s)) for i, s in rows]
 
     def explain(self, owner_id: int, query: np.ndarray, k: int, within: Within | None = None) -> str:
         """The plan PostgreSQL runs for search(owner_id, query, k, within), as EXPLAIN prints it."""
-        with self.store.transaction([owner_id]) as conn:
-            sql, args = self._query(conn, owner_id, query, k, within)
+        with self.store.transaction() as conn:
+            sql, args, _ = self._query(conn, owner_id, query, k, within)
             return "\n".join(row[0] for row in conn.execute("EXPLAIN " + sql, args))
 
     def _query(self, conn: psycopg.Connection, owner_id: int, query: np.ndarray, k: int,
-               within: Within | None = None) -> tuple[str, list]:
-        """The search statement for this owner's partition size, with its transaction's HNSW settings:
-        the widest candidate list pgvector allows (the graph holds every owner's notes, the owner's are a
-        fraction of what it visits), iterative scan until k of them are found, with no cap short of the
-        whole graph, and no sort of the whole partition (which the planner prefers without statistics).
-        A search `within` anything is exact: its conditions narrow the scan, and its recall stays 1.0."""
-        vector, owner = np.asarray(query, dtype=np.float32), int(owner_id)
+               within: Within | None = None) -> tuple[str, list, bool]:
+        """Admit the owner, then (statement, parameters, whether it walks the owner's graph): the graph
+        when the owner has a valid one and `within` is no audience smaller than the threshold, with this
+        transaction's walk settings; else the exact scan."""
+        owner = int(owner_id)
+        if self.graphs is None:
+            self.store.admit(conn, [owner])
+            return *self._exact(owner, query, k, within), False
+        size = conn.execute(_ADMIT_AND_GRAPH, [f"{{{owner}}}", f"biomem.{index_name(owner)}"]).fetchone()[1]
+        if size is None or (within is not None and within.only is not None
+                            and len(within.only) < self.graphs.threshold):
+            return *self._exact(owner, query, k, within), False
+        conn.execute(_WALK, [str(self.ef_for(k))])
         conditions, values = _conditions(within)
-        if conditions or self.hnsw_threshold is None or self._count(conn, owner_id) < self.hnsw_threshold:
-            return _EXACT.format(conditions), [vector, owner, *values, int(k)]
-        total = int(conn.execute("SELECT value FROM meta WHERE key = 'note_total'").fetchone()[0])
-        conn.execute("SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', "
-                     "'strict_order', true), set_config('hnsw.max_scan_tuples', %s, true), "
-                     "set_config('enable_sort', 'off', true)", [str(min(max(self.ef_search, k), 1000)),
-                                                                 str(max(total, 20_000))])
-        return _APPROXIMATE, [vector, owner, vector, int(k)]
+        vector = np.asarray(query, dtype=np.float32)
+        return _GRAPH.format(owner=owner, conditions=conditions), [vector, *values, vector, int(k)], True
+
+    def ef_for(self, k: int) -> int:
+        """hnsw.ef_search of a walk for the top k: ef_search, at least k, at most pgvector's 1000."""
+        return min(max(int(self.ef_search), int(k)), 1000)
+
+    @staticmethod
+    def _exact(owner_id: int, query: np.ndarray, k: int, within: Within | None) -> tuple[str, list]:
+        conditions, values = _conditions(within)
+        return _EXACT.format(conditions), [np.asarray(query, dtype=np.float32), int(owner_id), *values, int(k)]
 
     def size(self, owner_id: int) -> int:
         """Number of notes of one owner."""
@@ -90,18 +132,35 @@ class DatabaseSearch:
     def _count(conn: psycopg.Connection, owner_id: int) -> int:
         return conn.execute("SELECT count(*) FROM notes WHERE owner_id = %s", [int(owner_id)]).fetchone()[0]
 
-    # The database is the index: the engine's writes need no patching, a forget no file wiping.
+    # The database is the index: an insert, update or delete was the index update. What is left is whether
+    # a partition crossed the threshold (a graph to build, in the background) or went (a graph to drop).
     def added(self, owner_id: int, note_ids: list[int], vectors: np.ndarray, generation: int) -> None:
-        """Nothing to do: the insert was the index update."""
+        """A partition that reached the threshold gets its graph, built in the background."""
+        if self.graphs is not None:
+            self.graphs.check(owner_id, grew=True)
 
     def updated(self, owner_id: int, note_id: int, vector: np.ndarray, generation: int) -> None:
         """Nothing to do: the update was the index update."""
 
     def deleted(self, owner_id: int, note_id: int, generation: int) -> None:
-        """Nothing to do: the delete was the index update."""
+        """A partition that fell under half the threshold loses its graph, in the background."""
+        if self.graphs is not None:
+            self.graphs.check(owner_id, grew=False)
 
     def drop(self, owner_id: int) -> None:
-        """Nothing to do: this process keeps nothing of anyone."""
+        """The owner was forgotten (or their notes changed): their graph, if any, is dropped once no other
+        process is building one (at once, usually). This process keeps nothing of anyone."""
+        if self.graphs is not None:
+            self.graphs.forgotten(owner_id)
+
+    def index_partitions(self, *, wait: bool = True) -> dict[int, str]:
+        """Build every graph that is due and drop every one that is not, now (graphs.OwnerGraphs.settle_all);
+        the operator's command after a bulk load, and the first open's. {} without a threshold."""
+        return {} if self.graphs is None else self.graphs.settle_all(wait=wait)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the graphs being built or dropped in the background are done."""
+        return True if self.graphs is None else self.graphs.wait(timeout)
 
     def flush(self) -> None:
         """Nothing to write."""

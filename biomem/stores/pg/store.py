@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,11 +28,13 @@ from ..base import COLUMNS, KEYS, THRESHOLD_COLUMNS, Derived, SealedTemplates, S
 from ..groups import emptied_groups, erase_from_groups
 from ..records import GROUP_KEY_PREFIX, Group, Identity, check_id, metadata_json, now_iso
 from ..sealing import Sealer
+from .graphs import GRAPH_FLOOR
 from .note_rows import PgNoteRows, as_array
 from .schema import APP_ROLE, MIGRATIONS, SCHEMA_VERSION
 from .search import DatabaseSearch
 
-# pgvector's defaults (m 16, ef_construction 64); built only when an hnsw_threshold asks for it
+# One HNSW graph over every owner's notes (pgvector's defaults, m 16, ef_construction 64): what search used
+# before per-owner graphs (biomem.stores.pg.graphs); kept for benchmarks/pg_retrieval.py's comparison
 VECTOR_INDEX = "CREATE INDEX notes_hnsw ON notes USING hnsw (embedding vector_ip_ops)"
 
 
@@ -51,6 +53,8 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
         self.location = without_password(url)
         self.erasure_pending = False  # PostgreSQL's erasure is the server's (see checkpoint)
         self.closed = False
+        self.owns_notes = False  # whether the URL's user owns the tables (builds and drops graphs), see _migrate
+        self._closers: list[Callable[[], None]] = []
         self._local = threading.local()
         try:
             self._migrate()
@@ -92,6 +96,7 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
             self._check_member(conn)
             version = self._version(conn)
             if version == SCHEMA_VERSION:
+                self.owns_notes = self._owns_notes(conn)
                 return
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('biomem schema'))")
             version = self._version(conn)  # another process may have done it while we waited
@@ -107,6 +112,13 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
             conn.execute("INSERT INTO biomem.meta VALUES ('schema_version', %s) ON CONFLICT (key) "
                          "DO UPDATE SET value = excluded.value", [str(SCHEMA_VERSION)])
             self._check_member(conn)
+            self.owns_notes = self._owns_notes(conn)
+
+    @staticmethod
+    def _owns_notes(conn: psycopg.Connection) -> bool:
+        """Whether the connection's user may alter the notes table (its owner, a member of that role, a superuser)."""
+        return bool(conn.execute("SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class "
+                                 "WHERE oid = 'biomem.notes'::regclass").fetchone()[0])
 
     @staticmethod
     def _check_member(conn: psycopg.Connection) -> None:
@@ -131,14 +143,14 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             if owners is not None:
-                self._admit(conn, owners)
+                self.admit(conn, owners)
             yield conn
             return
         with self.pool.connection() as conn:  # commits on success, rolls back on error
             self._local.conn = conn
             try:
                 if owners is not None:
-                    self._admit(conn, owners)
+                    self.admit(conn, owners)
                 yield conn
             finally:
                 self._local.conn = None
@@ -159,28 +171,41 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
                 conn.autocommit = False
 
     @staticmethod
-    def _admit(conn: psycopg.Connection, owners: Iterable[int]) -> None:
+    def admit(conn: psycopg.Connection, owners: Iterable[int]) -> None:
+        """Make `owners` the transaction's admitted owners (row-level security), replacing any others."""
         admitted = "{" + ",".join(str(int(o)) for o in owners) + "}"
         conn.execute("SELECT set_config('biomem.admitted', %s, true)", [admitted])
 
     def close(self) -> None:
-        """Close the pool; closing twice is harmless."""
+        """Stop background work (a graph being built is cancelled), close the pool; closing twice is harmless."""
         if not self.closed:
+            for closer in self._closers:
+                closer()
             self.pool.close()
             self.closed = True
+
+    def on_close(self, closer: Callable[[], None]) -> None:
+        """Call `closer` when the store closes (a search index's background work)."""
+        self._closers.append(closer)
 
     def checkpoint(self, timeout: float = 10.0) -> None:
         """Nothing to do here: deleted rows are gone for every query at commit; the server's vacuum
         reclaims their pages and its WAL retention decides when the bytes leave (README)."""
 
     def search_index(self, dim: int, *, hnsw_threshold: int | None = None) -> SearchIndex:
-        """Search in the database: exact per-owner scans, and pgvector HNSW for partitions of at least
-        `hnsw_threshold` notes when one is given (the first such open builds the index)."""
-        self.ensure_vector_index(dim, hnsw=hnsw_threshold is not None)
-        return DatabaseSearch(self, hnsw_threshold=hnsw_threshold)
+        """Search in the database: exact per-owner scans and, given `hnsw_threshold` (raised to GRAPH_FLOOR),
+        an HNSW graph of its own for each partition of at least that many notes (biomem.stores.pg.graphs).
+        This open builds the graphs that are due, CONCURRENTLY, unless another process is at it (then in the
+        background); writes that make a partition cross the threshold build the next ones in the background."""
+        self.ensure_vector_index(dim, hnsw=False)
+        threshold = None if hnsw_threshold is None else max(int(hnsw_threshold), GRAPH_FLOOR)
+        search = DatabaseSearch(self, hnsw_threshold=threshold)
+        search.index_partitions(wait=False)
+        return search
 
-    def ensure_vector_index(self, dim: int, *, hnsw: bool = True) -> None:
-        """Type the note embeddings as vector(dim) and, with `hnsw`, give them an HNSW index (inner product)."""
+    def ensure_vector_index(self, dim: int, *, hnsw: bool = False) -> None:
+        """Type the note embeddings as vector(dim) and, with `hnsw`, give them one HNSW index over every
+        owner (VECTOR_INDEX: the benchmark's baseline; search builds graphs per owner instead)."""
         with self.transaction() as conn:
             typed = conn.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
                                  "'biomem.notes'::regclass AND attname = 'embedding'").fetchone()[0]
@@ -295,7 +320,7 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
                                 args).fetchall()
             groups = {gid: Group(gid, label) for gid, label in rows}
             if groups:
-                self._admit(conn, [*admitted, *groups])
+                self.admit(conn, [*admitted, *groups])
                 for gid, member, label in conn.execute(
                         "SELECT m.group_id, m.identity_id, p.label FROM members m JOIN identities p "
                         "ON p.id = m.identity_id WHERE m.group_id = ANY (%s) ORDER BY m.added, m.identity_id",
@@ -355,7 +380,7 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
         with self.transaction() as conn:
             self.identity(identity_id)
             groups = [g for (g,) in conn.execute("SELECT id FROM identities WHERE kind = 'group'")]
-            self._admit(conn, [int(identity_id), *groups])
+            self.admit(conn, [int(identity_id), *groups])
             touched, member_of = erase_from_groups(conn.execute, int(identity_id), "%s")
             conn.execute("DELETE FROM identities WHERE id = %s", [int(identity_id)])
             for group in touched:
