@@ -78,6 +78,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
+import inspect
 import io
 import json
 import os
@@ -88,6 +89,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -544,7 +546,10 @@ def run_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None
         from pg_retrieval import bulk_load
         pg_db = f"bench_{n_notes}_{n_ids}_{shape.captures}x{shape.dim}"
         pg_url = pg.database(pg_db)
-        pg_load = bulk_load(pg_url, data, dim=TEXT_DIM, modality=modality)
+        # no graph over every note: the store searches each owner exactly below its hnsw_threshold and builds
+        # per-owner graphs itself (a bulk_load without global_graph builds the one graph it used to search)
+        graph = {"global_graph": False} if "global_graph" in inspect.signature(bulk_load).parameters else {}
+        pg_load = bulk_load(pg_url, data, dim=TEXT_DIM, modality=modality, **graph)
         log(f"  PostgreSQL built in {pg_load['build_s']:.1f} s: identities {pg_load['identities_s']:.1f} s, "
             f"COPY {pg_load['copy_s']:.1f} s, HNSW index {pg_load['hnsw_index_s']:.1f} s, "
             f"VACUUM ANALYZE {pg_load['vacuum_analyze_s']:.1f} s; {pg.database_mb(pg_db):,.0f} MB")
@@ -624,27 +629,36 @@ def run_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None
             t0 = time.perf_counter_ns()
             mem.search(q, probe=Probe(probe, modality), k=K)
             cold.append((time.perf_counter_ns() - t0) / 1e6)
+        waited = gate_index_wait(mem)
         rss_now = rss_mb()
         out_modes[mode] = {"hnsw_threshold": modes[mode], "cold_first_search": percentiles(cold),
-                           "owners_loaded": len(cold), "rss_delta_mb": rss_now - rss_mark}
+                           "owners_loaded": len(cold), "rss_delta_mb": rss_now - rss_mark,
+                           "gate_index_wait_s": waited}
         rss_mark = rss_now
         log(f"  {mode}: warmed {len(cold)} owners, cold p50 {np.median(cold):.2f} ms, "
-            f"RSS +{out_modes[mode]['rss_delta_mb']:.0f} MB")
+            f"RSS +{out_modes[mode]['rss_delta_mb']:.0f} MB"
+            + ("" if waited is None else f"; waited {waited:.1f} s for the gate's candidate index"))
     rss_warm = rss_mb()
     for _ in range(20):  # baseline warm-up (page in the N x dim and N x 384 matrices)
         data.baseline_search(probes[0], query_vecs[0], tau, K)
 
-    # the gate alone, on SQLite's engine and on PostgreSQL's: decide (the scan and the rule) and identify (the
-    # gate as search runs it: decide, then the attempt limiter's and the admitted label's reads)
-    gate_calls = {"gate": ("exact", "decide"), "identify": ("exact", "identify"), "impostor": ("exact", "search")}
+    # the gate alone, on SQLite's engine and on PostgreSQL's: decide as a search's identify calls it (a gate with
+    # a `floor` parameter is told that a client-less search reads nothing below τ: it may take a candidate path),
+    # decide with every score (the exact scan of every template, whatever the gate), and identify (the gate as
+    # search runs it: decide, then the attempt limiter's and the admitted label's reads); and strangers' searches
+    gate_calls = {"gate": ("exact", "decide"), "scan": ("exact", "scan"), "identify": ("exact", "identify"),
+                  "impostor": ("exact", "search")}
     if pg is not None:
-        gate_calls.update(pg_gate=("pg_exact", "decide"), pg_identify=("pg_exact", "identify"),
-                          pg_impostor=("pg_exact", "search"))
+        gate_calls.update(pg_gate=("pg_exact", "decide"), pg_scan=("pg_exact", "scan"),
+                          pg_identify=("pg_exact", "identify"), pg_impostor=("pg_exact", "search"))
+    floor = {"floor": tau} if "floor" in inspect.signature(mems["exact"].gate.decide).parameters else {}
 
     def gate_call(name: str, probe: np.ndarray, q: np.ndarray) -> Any:
         mode, call = gate_calls[name]
         mem = mems[mode]
         if call == "decide":
+            return mem.gate.decide(Probe(probe, modality), tau, "best", margin, **floor)
+        if call == "scan":
             return mem.gate.decide(Probe(probe, modality), tau, "best", margin)
         if call == "identify":
             return mem.identify(Probe(probe, modality))
@@ -660,6 +674,7 @@ def run_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None
     gate_ok = dict.fromkeys(names, 0)  # the probe's owner admitted
     decision_ok = dict.fromkeys(names, 0)  # the decision the exact scan makes
     gated_out_ok = dict.fromkeys(names, 0)
+    paths: dict[str, Counter[str]] = {n: Counter() for n in names}  # how the gate decided (a gate that counts)
     order_rng = np.random.default_rng(seed + 5)
     previous = ""
     gc.collect()
@@ -669,11 +684,13 @@ def run_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None
         for name in order_rng.permutation(names).tolist():
             after_baseline[name].append(previous == "baseline")
             previous = name
+            counted = Counter(getattr(mems[gate_calls[name][0] if name in gate_calls else name].gate, "paths", ())) \
+                if name != "baseline" else Counter()
             if name == "baseline":
                 t0 = time.perf_counter_ns()
                 ids = data.baseline_search(p, q, tau, K)
                 times[name].append((time.perf_counter_ns() - t0) / 1e6)
-                recall[name].append(len(owner_truth[i] & set(ids)) / K)
+                recall[name].append(len(owner_truth[i] & set(ids)) / len(owner_truth[i]))
                 continue
             kind = "impostor" if name.endswith("impostor") else "genuine"
             mode = gate_calls[name][0] if name in gate_calls else name
@@ -681,6 +698,7 @@ def run_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None
             result = gate_call(name, strangers[i] if kind == "impostor" else p, q) if name in gate_calls \
                 else mems[name].search(q, probe=Probe(p, modality), k=K)
             times[name].append((time.perf_counter_ns() - t0) / 1e6)
+            paths[name].update(Counter(getattr(mems[mode].gate, "paths", ())) - counted)
             store = store_of[mode]
             gate = getattr(result, "gate", result)
             decision_ok[name] += gate.identity == expect[store][kind][i] and gate.ambiguous == bool(
@@ -689,12 +707,13 @@ def run_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None
             if gate is not result:  # a search
                 ids = [n.id for n, _ in result.notes]
                 top = truth[store][kind][i]
-                recall[name].append(len(top & set(ids)) / K if top else float(not ids))
+                recall[name].append(len(top & set(ids)) / len(top) if top else float(not ids))
                 if kind == "genuine":
                     gated_out_ok[name] += result.gated_out == int(gated_total[i])
 
     # the same searches and gate calls back to back: caches stay warm (no baseline scan between them)
-    back = ["exact", "gate", "identify"] + (["pg_exact", "pg_gate", "pg_identify"] if pg is not None else [])
+    back = ["exact", "gate", "scan", "identify"] + (["pg_exact", "pg_gate", "pg_scan", "pg_identify"]
+                                                    if pg is not None else [])
     for name in back:
         warm = []
         for i in range(queries):
@@ -719,6 +738,8 @@ def run_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None
         if name != "baseline":
             entry["gate_correct"] = gate_ok[name] / queries
             entry["gate_decision_exact"] = decision_ok[name] / queries
+            if paths[name]:
+                entry["gate_paths"] = dict(paths[name])
         if name in modes:
             entry["gated_out_correct"] = gated_out_ok[name] / queries
     for mode in ("hnsw", "pg_hnsw"):
@@ -802,19 +823,34 @@ def run_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None
     return result
 
 
+GATE_INDEX_TIMEOUT_S = 3600.0
+
+
+def gate_index_wait(mem: BioMemory) -> float | None:
+    """Seconds spent waiting for the gate's background candidate index (`gate.candidates.wait`), so that the timed
+    loop measures the gate as it runs once its index is built; None for a gate without one."""
+    indexes = getattr(mem.gate, "candidates", None)
+    if indexes is None or not hasattr(indexes, "wait"):
+        return None
+    t0 = time.perf_counter()
+    if not indexes.wait(GATE_INDEX_TIMEOUT_S):
+        log(f"  the gate's candidate index was not ready after {GATE_INDEX_TIMEOUT_S:.0f} s")
+    return time.perf_counter() - t0
+
+
 def gate_share(modes: dict[str, Any], prefix: str) -> dict[str, Any]:
     """The gate's part of a gated search (store `prefix`: "" SQLite, "pg_" PostgreSQL), p50 against p50, in the
     interleaved loop and back to back."""
     out = {}
     for how, suffix in (("interleaved", ""), ("back_to_back", "_back_to_back"), ("after_baseline", "")):
-        parts = [modes[f"{prefix}{name}{suffix}"] for name in ("exact", "gate", "identify")]
+        parts = [modes[f"{prefix}{name}{suffix}"] for name in ("exact", "gate", "identify", "scan")]
         if how == "after_baseline":  # the interleaved samples that came right after the baseline's scan
             if not all("after_baseline" in part for part in parts):
                 continue
             parts = [part["after_baseline"] for part in parts]
-        search, decide, identify = (part["p50_ms"] for part in parts)
+        search, decide, identify, scan = (part["p50_ms"] for part in parts)
         out[how] = {"search_p50_ms": search, "decide_p50_ms": decide, "identify_p50_ms": identify,
-                    "decide_share": decide / search, "identify_share": identify / search,
+                    "scan_p50_ms": scan, "decide_share": decide / search, "identify_share": identify / search,
                     "rest_p50_ms": search - identify}
     return out
 
@@ -1333,21 +1369,24 @@ def report(results: dict[str, Any]) -> str:
     if shaped:
         lines += ["", "## The gate's share of a gated search (SQLite engine, p50 ms; same interleaved loop, then "
                       "back to back)", "",
-                  ("| notes / identities | templates | gate decide | identify (gate + limiter + label) | search "
-                   "(gate + rank + fetch) | identify / search | right after the baseline: identify / search "
-                   "| back to back: decide / identify / search | stranger's search "
-                   "| decisions = exact scan, genuine / stranger |"),
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  ("| notes / identities | templates | gate decide | exact scan (every score) "
+                   "| identify (gate + limiter + label) | search (gate + rank + fetch) | identify / search "
+                   "| right after the baseline: identify / search | back to back: decide / scan / identify / search "
+                   "| stranger's search | decisions = exact scan, genuine / stranger | how the gate decided |"),
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in shaped:
             m, g, b = r["modes"], r["gate_share"]["interleaved"], r["gate_share"]["back_to_back"]
             a = r["gate_share"].get("after_baseline")
             cold = f"{a['identify_p50_ms']:.3f} / {a['search_p50_ms']:.3f}" if a else "n/a"
+            how = "; ".join(f"{name}: " + ", ".join(f"{path} {n}" for path, n in m[name]["gate_paths"].items())
+                            for name in ("exact", "impostor") if m[name].get("gate_paths")) or "exact scan"
             lines.append(
                 f"| {r['notes']:,} / {r['identities']:,} | {r['templates']:,} ({r['shape']}) "
-                f"| {g['decide_p50_ms']:.3f} | {g['identify_p50_ms']:.3f} | {g['search_p50_ms']:.3f} "
-                f"| {g['identify_share']:.0%} | {cold} | {b['decide_p50_ms']:.3f} / {b['identify_p50_ms']:.3f} / "
+                f"| {g['decide_p50_ms']:.3f} | {g.get('scan_p50_ms', float('nan')):.3f} | {g['identify_p50_ms']:.3f} "
+                f"| {g['search_p50_ms']:.3f} | {g['identify_share']:.0%} | {cold} "
+                f"| {b['decide_p50_ms']:.3f} / {b.get('scan_p50_ms', float('nan')):.3f} / {b['identify_p50_ms']:.3f} / "
                 f"{b['search_p50_ms']:.3f} | {m['impostor']['p50_ms']:.3f} "
-                f"| {m['exact']['gate_decision_exact']:.3f} / {m['impostor']['gate_decision_exact']:.3f} |")
+                f"| {m['exact']['gate_decision_exact']:.3f} / {m['impostor']['gate_decision_exact']:.3f} | {how} |")
         lines += ["", "## The probes' scores (what the exact scan sees), against the calibration's", "",
                   ("| notes / identities | templates | τ / δ | genuine target p1 / p50 | genuine own best p1 / p50 "
                    "| genuine runner-up p50 / max | owner admitted / ambiguous "
@@ -1580,11 +1619,16 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def gate_code() -> dict[str, Any]:
-    """Which gate the numbers are with: the last commit of biomem/identity/gate.py, and whether the file differs
-    from it."""
+    """Which gate the numbers are with: the sha256 of each file of biomem/identity/ the engine imported (compare
+    with `git show COMMIT:PATH | sha256sum` when the engine is an exported copy), the last commit of gate.py and
+    whether the file differs from it (when the engine is a git checkout)."""
+    import hashlib
     import subprocess
 
     gate = Path(sys.modules["biomem.identity.gate"].__file__)
+    files = {name: hashlib.sha256(Path(module.__file__).read_bytes()).hexdigest()
+             for name, module in sorted(sys.modules.items())
+             if name.startswith("biomem.identity.") and getattr(module, "__file__", None)}
 
     def git(*words: str) -> str:
         try:
@@ -1594,7 +1638,7 @@ def gate_code() -> dict[str, Any]:
             return ""
 
     return {"path": str(gate), "last_commit": git("log", "-1", "--format=%h %ad %s", "--date=iso", "--", gate.name),
-            "modified": bool(git("status", "--porcelain", "--", gate.name))}
+            "modified": bool(git("status", "--porcelain", "--", gate.name)), "sha256": files}
 
 
 def parse_ladder(spec: str, shape: Shape) -> list[tuple[int, int, Shape]]:
