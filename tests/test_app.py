@@ -243,7 +243,8 @@ def too_far(image: np.ndarray) -> np.ndarray:
 
 
 def chat_burst(demo: gr.Blocks) -> SimpleNamespace:
-    """The page's own handlers of the Chat probe box's burst (its camera's stream, "Take 3 frames") and of Ask."""
+    """The page's own handlers of the Chat probe box's burst (its camera's stream, "Take 3 frames", an image
+    arriving in the box) and of Ask."""
     def event(test) -> object:
         return next(f.fn for f in demo.fns.values() if test(f))
 
@@ -252,14 +253,15 @@ def chat_burst(demo: gr.Blocks) -> SimpleNamespace:
         return bool(boxes & {"bm-chat-probe", "bm-chat-probe-camera"})
 
     return SimpleNamespace(stream=event(lambda f: f.connection == "stream" and on_chat_box(f)),
-                           take=event(lambda f: f.fn.__name__ == "armed" and on_chat_box(f)),
+                           take=event(lambda f: f.fn.__name__ == "armed" and on_chat_box(f)),  # (frames, box)
+                           replaced=event(lambda f: f.fn.__name__ == "replaced" and on_chat_box(f)),
                            ask=event(lambda f: f.api_name == "ask"))  # (question, probe, frames, encoder, request)
 
 
 def taken(page: SimpleNamespace, images: list[np.ndarray]) -> Frames:
     """A burst of `images` taken through the page's handlers: "Take 3 frames", then the camera's stream."""
     frames = Frames()
-    page.take(frames)
+    page.take(frames, None)
     for image in images:
         page.stream(streamed(image), frames)
     return frames
@@ -270,7 +272,7 @@ def test_a_webcam_burst_is_fused_into_one_probe_for_one_message(server):
     frames = Frames()
     assert page.stream(streamed(demo_capture(0, 13)), frames) == (gr.skip(), None)  # no burst asked for: dropped
     assert frames.held == 0
-    held, status, box = page.take(frames)
+    held, status, box = page.take(frames, None)
     assert held is frames and "taking **3 frames**" in status and box is None  # the burst replaces the box's image
     shown = [page.stream(streamed(demo_capture(0, n)), frames) for n in (13, 14, 15, 16)]
     assert [text for text, _ in shown] == ["Hold still… **1 of 3 frames** taken.", "Hold still… **2 of 3 frames** "
@@ -305,6 +307,27 @@ def test_a_burst_says_when_every_frame_is_too_poor_or_the_frames_show_different_
     assert page.ask(QUESTION, None, frames, "face-arcface-s", None)["gate"]["label"] == "Ben"
 
 
+def test_the_latest_probe_wins_whatever_order_the_events_run_in(server):
+    """Taking a burst empties the box, and the change event of the image it emptied, run late, leaves the burst
+    alone; an image put in the box afterwards drops the burst, and an image in the box at the message wins."""
+    page = chat_burst(server.demo)
+    server.cache.mkdir(parents=True, exist_ok=True)
+    shown = {"path": upload(server.cache, demo_capture(6, 21), "shown")}  # a stranger in the box
+    frames = Frames()
+    assert page.take(frames, shown)[2] is None  # the box is emptied
+    for n in (21, 22, 23):
+        page.stream(streamed(demo_capture(0, n)), frames)
+    assert page.replaced(shown, frames) == gr.skip() and frames.held == 3  # the emptied image's late change
+    assert page.replaced(None, frames) == gr.skip() and frames.held == 3  # the box emptied
+    later = {"path": upload(server.cache, demo_capture(1, 21), "later")}  # Ben, put in the box afterwards
+    assert page.replaced(later, frames).startswith("No burst") and frames.held == 0
+    frames = taken(page, [demo_capture(0, n) for n in (21, 22, 23)])
+    result = page.ask(QUESTION, later, frames, "face-arcface-s", None)  # (Ben came after this burst too)
+    assert result["gate"]["label"] == "Ben" and frames.held == 0 and frames.status().startswith("No burst")
+    uploads.discard(shown)  # (the page's own watch deletes what a box held; no page here)
+    assert cached_images(server.cache) == []
+
+
 def test_a_streamed_frame_is_image_bytes_in_the_request_never_a_path(server, tmp_path):
     secret = server.cache / "kept" / "secret.png"
     secret.parent.mkdir(parents=True)
@@ -318,7 +341,7 @@ def test_a_streamed_frame_is_image_bytes_in_the_request_never_a_path(server, tmp
         assert frame_bytes(crafted) is None, crafted
     page = chat_burst(server.demo)
     frames = Frames()
-    page.take(frames)
+    page.take(frames, None)
     assert page.stream({"path": str(secret)}, frames) == (gr.skip(), None) and frames.held == 0
     assert secret.exists()  # nothing read, nothing deleted
     secret.unlink()

@@ -7,6 +7,11 @@ tab's Frames (a gr.State no event writes over: every event mutates the one holde
 frame arriving while a message takes the burst cannot bring it back). The next message takes them out
 (`chosen`) as a biomem.identity.bursts.Burst, which the engine fuses (frames with a poor capture
 skipped, frames of different people refused); a burst not used within BURST_SECONDS is dropped.
+
+The latest probe wins, whatever order Gradio runs the events in: taking a burst empties the probe box
+(and remembers which image it emptied, so that image's own late change event cannot undo the burst); an
+image put in the box afterwards drops the burst, and an image in the box when a message is sent is that
+message's probe (`chosen`), since it can only be there if it came after the burst.
 Each streamed chunk also writes None back to the camera, so Gradio's copy of the session's values never
 keeps the last frame either.
 """
@@ -43,6 +48,7 @@ class Frames:
         self._taking = False  # armed: the stream's next frames are kept
         self._since = 0.0  # when it was armed
         self._used = 0  # frames the last message took (its count, never the frames)
+        self._emptied: str | None = None  # the image that taking this burst emptied from the probe box
         self._lock = threading.Lock()
 
     @property
@@ -54,10 +60,20 @@ class Frames:
     def __deepcopy__(self, memo: dict[int, Any]) -> Frames:
         return Frames(self.size)  # each session's gr.State gets a holder of its own, empty
 
-    def arm(self) -> None:
-        """Keep the next `size` frames (dropping any held)."""
+    def arm(self, emptied: str | None = None) -> None:
+        """Keep the next `size` frames (dropping any held); `emptied` the path of the image this takes the
+        place of in the probe box."""
         with self._lock:
             self._frames, self._taking, self._since, self._used = [], True, time.monotonic(), 0
+            self._emptied = emptied
+
+    def replaced_by(self, image: str | None) -> bool:
+        """An image arrived in the probe box: drop the burst (True) unless there is none, or it is the image
+        taking the burst emptied (its change event, run late)."""
+        if not image or image == self._emptied:
+            return False
+        self.clear()
+        return True
 
     def add(self, frame: bytes | None) -> int | None:
         """Keep `frame` if a burst is being taken: the number of frames held then, else None (dropped)."""
@@ -123,10 +139,12 @@ def frame_bytes(value: Any) -> bytes | None:
 
 
 def chosen(probe: Any, frames: Frames | None) -> Any:
-    """A message's probe: the burst this box took (a Burst of its frames, taken out of the holder; an image
-    left in the box meanwhile is deleted unread), else the image upload as it is."""
-    taken = frames.take() if isinstance(frames, Frames) else []
-    if not taken:
+    """A message's probe: the image in the box if there is one (put there after any burst, which is dropped),
+    else the burst this box took (a Burst of its frames, taken out of the holder), else None."""
+    if not isinstance(frames, Frames):
         return probe
-    uploads.discard(probe)
-    return Burst(taken)
+    if uploads.upload_path(probe):
+        frames.clear()
+        return probe
+    taken = frames.take()
+    return Burst(taken) if taken else probe

@@ -150,7 +150,8 @@ def probe_input(ui: Controller, elem_id: str, label: str, encoder: gr.Dropdown, 
 
 def burst_input(ui: Controller, elem_id: str, image: gr.Image) -> BurstBox:
     """The webcam burst of the probe box `image`: a live camera, "Take 3 frames" (which empties `image`:
-    the burst is the probe now) and "Clear"; an image put in `image` afterwards replaces the burst."""
+    the burst is the probe now) and "Clear"; an image put in `image` afterwards replaces the burst (see
+    biomem.ui.bursts: the latest probe wins, whatever order the events run in)."""
     frames = gr.State(bursts.Frames(), time_to_live=bursts.BURST_SECONDS, delete_callback=bursts.forget)
     with gr.Accordion(f"Webcam burst: hold still while the page takes {bursts.BURST_FRAMES} frames", open=False,
                       elem_id=f"{elem_id}-burst", elem_classes="bm-burst"):
@@ -168,8 +169,8 @@ def burst_input(ui: Controller, elem_id: str, image: gr.Image) -> BurstBox:
         count = held.add(bursts.frame_bytes(frame))
         return (gr.skip() if count is None else held.status()), None
 
-    def armed(held: bursts.Frames) -> tuple[Any, ...]:
-        held.arm()
+    def armed(held: bursts.Frames, showing: Any) -> tuple[Any, ...]:
+        held.arm(emptied=uploads.upload_path(showing))
         return held, held.status(), None  # (written back: the state's time to live counts from now)
 
     def cleared(held: bursts.Frames) -> str:
@@ -177,14 +178,12 @@ def burst_input(ui: Controller, elem_id: str, image: gr.Image) -> BurstBox:
         return held.status()
 
     def replaced(value: Any, held: bursts.Frames) -> Any:
-        if not uploads.upload_path(value):
-            return gr.skip()  # the box was emptied (by a message, or by taking a burst): the burst stays
-        held.clear()
-        return held.status()
+        """An image arrived in the box (or it was emptied: by a message, or by taking a burst)."""
+        return held.status() if held.replaced_by(uploads.upload_path(value)) else gr.skip()
 
     camera.stream(on(ui, "page:view", streamed), [camera, frames], [status, camera], preprocess=False,
                   stream_every=bursts.STREAM_EVERY, time_limit=bursts.STREAM_SECONDS, **QUICK)
-    take.click(on(ui, "page:view", armed), [frames], [frames, status, image], **QUICK)
+    take.click(on(ui, "page:view", armed), [frames, image], [frames, status, image], preprocess=False, **QUICK)
     drop.click(on(ui, "page:view", cleared), [frames], [status], **QUICK)
     image.change(on(ui, "page:view", replaced), [image, frames], [status], preprocess=False, **QUICK)
     return BurstBox(camera, frames, status)
