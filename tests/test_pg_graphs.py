@@ -14,7 +14,7 @@ from biomem import BioMemory
 from biomem.stores.base import Within
 from biomem.stores.filters import parse_filters
 from biomem.stores.pg import PostgresStore
-from biomem.stores.pg.graphs import GRAPH_FLOOR, index_name
+from biomem.stores.pg.graphs import GRAPH_FLOOR, KEEP_FROM, index_name
 from biomem.stores.pg.schema import APP_ROLE
 from biomem.stores.pg.search import DatabaseSearch
 
@@ -147,14 +147,14 @@ def test_a_forgotten_owner_loses_their_graph_and_a_growing_or_shrinking_one_gain
     assert mem.partitions.wait(120) and graph_of(url, small) is True
     assert f"Index Scan using {index_name(small)}" in mem.partitions.explain(small, q, 10)
 
-    # 'other' shrinks: the graph stays down to half the threshold, then goes
+    # 'other' shrinks: the graph stays down to KEEP_FROM notes, then goes
     mine = [n.id for n in mem.store.all_notes(other)]
-    for note_id in mine[:1100 - THRESHOLD // 2]:
+    for note_id in mine[:1100 - KEEP_FROM]:
         _, generation = mem.store.delete_note(other, note_id)
         mem.partitions.deleted(other, note_id, generation)
     assert mem.partitions.wait(60) and graph_of(url, other) is True
-    _, generation = mem.store.delete_note(other, mine[1100 - THRESHOLD // 2])
-    mem.partitions.deleted(other, mine[1100 - THRESHOLD // 2], generation)
+    _, generation = mem.store.delete_note(other, mine[1100 - KEEP_FROM])
+    mem.partitions.deleted(other, mine[1100 - KEEP_FROM], generation)
     assert mem.partitions.wait(60) and graph_of(url, other) is None
     assert "hnsw" not in mem.partitions.explain(other, q, 10)
     assert mem.partitions.search(other, q, 10) == DatabaseSearch(mem.store).search(other, q, 10)
@@ -188,6 +188,10 @@ def test_graphs_are_settled_once_across_sessions_and_an_interrupted_build_is_reb
     assert "hnsw" not in searches[1].explain(owners[0], q, 10)  # an invalid graph is never walked
     assert searches[1].index_partitions() == {owners[0]: "built", owners[1]: "kept"}
     assert graph_of(url, owners[0]) is True
+    # a process opened to scan only (a threshold above every partition) keeps the others' graphs, walks none
+    scanner = stores[2].search_index(text_encoder.dim, hnsw_threshold=10**9)
+    assert scanner.index_partitions() == {owners[0]: "kept", owners[1]: "kept"} and graph_of(url, owners[1]) is True
+    assert "hnsw" not in scanner.explain(owners[0], q, 10) and "hnsw" in searches[2].explain(owners[0], q, 10)
     for store in stores:
         store.close()
 

@@ -15,7 +15,7 @@ from biomem import BioMemory, InvalidInputError, NoteNotFoundError, Probe, Store
 from biomem.stores import open_store
 from biomem.stores.base import TABLES
 from biomem.stores.copying import copy_store, table_checksum
-from biomem.stores.pg.graphs import GRAPH_FLOOR
+from biomem.stores.pg.graphs import GRAPH_FLOOR, HNSW_THRESHOLD
 from biomem.stores.pg.schema import APP_ROLE
 from biomem.stores.pg.schema import SCHEMA_VERSION as PG_VERSION
 from biomem.stores.sqlite.schema import SCHEMA_VERSION as SQLITE_VERSION
@@ -143,7 +143,10 @@ def test_database_search_gives_the_sqlite_engines_top_k(postgres_database, tmp_p
 def test_partitions_under_the_graph_floor_are_scanned_however_low_the_threshold(postgres_database, text_encoder):
     """hnsw_threshold=200 is raised to GRAPH_FLOOR: no graph for 400 notes, nor one over every owner (the
     per-owner graphs themselves: tests/test_pg_graphs.py)."""
-    mem = memory(postgres_database("floor"), text_encoder, hnsw_threshold=200)
+    url = postgres_database("floor")
+    with memory(url, text_encoder) as default:
+        assert default.partitions.hnsw_threshold == HNSW_THRESHOLD  # 10,000
+    mem = memory(url, text_encoder, hnsw_threshold=200)
     assert mem.partitions.hnsw_threshold == GRAPH_FLOOR
     rng = np.random.default_rng(9)
     owners = [mem.store.add_identity(f"p{j}", MODALITY, person(j)[None, :]).id for j in range(2)]

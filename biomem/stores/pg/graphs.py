@@ -7,10 +7,11 @@ An owner whose partition holds at least `threshold` notes gets its own graph,
 
 so a search walks that owner's notes only, however large the table grows; everyone else's notes are
 not in the graph (one graph over every note, filtered by owner, visited them all: see
-biomem.stores.pg.search). The graph goes when the partition falls below half the threshold (a
-partition at the threshold is not rebuilt on every add and delete), when its owner is forgotten, or
-when a build was interrupted (an invalid index); the one global graph of earlier versions
-(`notes_hnsw`) goes too, as the per-owner graphs replace it.
+biomem.stores.pg.search). The graph goes when its owner is forgotten, when the partition falls under
+KEEP_FROM notes (half the floor: far under any threshold, so a partition at the threshold is not rebuilt
+on every add and delete, and the same for every process whatever threshold it was opened with: one opened
+to scan only never drops the graphs of the others), or when a build was interrupted (an invalid index);
+the one global graph of earlier versions (`notes_hnsw`) goes too, as the per-owner graphs replace it.
 
 Building and dropping are DDL: they need the tables' owner, so they run on the URL's own user
 (PostgresStore.owner_connection), never as the row-level-security role, and only in a process whose URL
@@ -38,7 +39,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+HNSW_THRESHOLD = 10_000  # PostgreSQL's default: where a graph was 4x faster than the scan (benchmarks/pg_retrieval.py)
 GRAPH_FLOOR = 1_000  # a partition smaller than this is always scanned (store.search_index raises thresholds to it)
+KEEP_FROM = GRAPH_FLOOR // 2  # a graph stays while its partition has at least this many notes
 PREFIX = "notes_hnsw_"
 LEGACY_GLOBAL = "notes_hnsw"  # the one graph over every owner that earlier versions built
 M, EF_CONSTRUCTION = 16, 128  # pgvector's m; ef_construction twice its default (recall, benchmarks/pg_retrieval.py)
@@ -76,7 +79,7 @@ class OwnerGraphs:
                  ef_construction: int = EF_CONSTRUCTION) -> None:
         self.store = store
         self.threshold = int(threshold)
-        self.keep_from = max(1, self.threshold // 2)  # a graph stays while its partition has this many notes
+        self.keep_from = min(KEEP_FROM, self.threshold)
         self.m, self.ef_construction = int(m), int(ef_construction)
         self._queue: dict[int, None] = {}  # owners to settle, in order, once each
         self._cv = threading.Condition()

@@ -19,6 +19,7 @@ so replicas share the database and hold nothing of their own to go stale.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
     from ..base import Within
     from .store import PostgresStore
 
-EF_SEARCH = 200  # candidates pgvector keeps while walking a graph (hnsw.ef_search); benchmarks/pg_retrieval.py
+EF_SEARCH = 200  # hnsw.ef_search of a walk through a graph of EF_NOTES notes (benchmarks/pg_retrieval.py)
+EF_NOTES = 20_000  # ... and it grows with the square root of the graph's size, within [max(k, 40), 1000]
 
 # Parameters, positional (a compiled filter's are): the query vector, the owner, those of {} (more
 # conditions on the owner's rows), k.
@@ -48,12 +50,12 @@ SELECT id, score FROM (
     WHERE owner_id = {owner}{conditions} ORDER BY embedding <#> %s LIMIT %s) found
 ORDER BY score DESC, timestamp, id
 """
-# One round trip: admit the owner (row-level security, as PostgresStore.transaction does) and read the
-# size of their graph if they have a valid one (NULL otherwise: no graph, or one still being built).
+# One round trip: admit the owner (row-level security, as PostgresStore.transaction does) and read the size of
+# their graph if they have one (NULL otherwise): pg_class's estimate, from its build or the last vacuum. The
+# lookup by oid costs tens of microseconds; pg_index's validity is left to the planner, which never walks an
+# index still being built (the walk's statement then sorts the partition: the exact answer, by another plan).
 _ADMIT_AND_GRAPH = """
-SELECT set_config('biomem.admitted', %s, true),
-       (SELECT c.reltuples FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-        WHERE i.indexrelid = to_regclass(%s) AND i.indisvalid)
+SELECT set_config('biomem.admitted', %s, true), (SELECT reltuples FROM pg_class WHERE oid = (SELECT to_regclass(%s)))
 """
 # The graph walk's settings, for this transaction: the candidate list, iterative scan in strict order
 # until k rows pass the conditions, and no sort of the partition (the planner's choice without statistics)
@@ -65,11 +67,14 @@ class DatabaseSearch:
     """biomem.stores.SearchIndex over a PostgresStore: every search is one query in the database (two
     when a graph returned fewer than k notes).
 
-    hnsw_threshold: partitions of at least this many notes get a graph of their own (None: never).
-    ef_search: pgvector's candidate list while walking one (at least k).
+    hnsw_threshold: partitions of at least this many notes get a graph of their own and walk it (None: never;
+        a graph another process built for a smaller partition is not walked here either).
+    ef_search: pgvector's candidate list while walking one; None (default): EF_SEARCH at EF_NOTES notes,
+        growing with the square root of the graph's size, as recall@10 needs (benchmarks/pg_retrieval.py).
     """
 
-    def __init__(self, store: PostgresStore, *, hnsw_threshold: int | None = None, ef_search: int = EF_SEARCH) -> None:
+    def __init__(self, store: PostgresStore, *, hnsw_threshold: int | None = None,
+                 ef_search: int | None = None) -> None:
         self.store = store
         self.hnsw_threshold = hnsw_threshold
         self.ef_search = ef_search
@@ -99,24 +104,24 @@ class DatabaseSearch:
     def _query(self, conn: psycopg.Connection, owner_id: int, query: np.ndarray, k: int,
                within: Within | None = None) -> tuple[str, list, bool]:
         """Admit the owner, then (statement, parameters, whether it walks the owner's graph): the graph
-        when the owner has a valid one and `within` is no audience smaller than the threshold, with this
-        transaction's walk settings; else the exact scan."""
+        when the owner has one of at least the threshold's size and `within` is no audience smaller than the
+        threshold, with this transaction's walk settings; else the exact scan."""
         owner = int(owner_id)
         if self.graphs is None:
             self.store.admit(conn, [owner])
             return *self._exact(owner, query, k, within), False
         size = conn.execute(_ADMIT_AND_GRAPH, [f"{{{owner}}}", f"biomem.{index_name(owner)}"]).fetchone()[1]
-        if size is None or (within is not None and within.only is not None
-                            and len(within.only) < self.graphs.threshold):
+        if size is None or size < self.graphs.threshold or (within is not None and within.only is not None
+                                                            and len(within.only) < self.graphs.threshold):
             return *self._exact(owner, query, k, within), False
-        conn.execute(_WALK, [str(self.ef_for(k))])
+        conn.execute(_WALK, [str(self.ef_for(size, k))])
         conditions, values = _conditions(within)
         vector = np.asarray(query, dtype=np.float32)
         return _GRAPH.format(owner=owner, conditions=conditions), [vector, *values, vector, int(k)], True
 
-    def ef_for(self, k: int) -> int:
-        """hnsw.ef_search of a walk for the top k: ef_search, at least k, at most pgvector's 1000."""
-        return min(max(int(self.ef_search), int(k)), 1000)
+    def ef_for(self, size: float, k: int) -> int:
+        """hnsw.ef_search of a walk for the top k through a graph of `size` notes (graph_ef)."""
+        return graph_ef(size, k, self.ef_search)
 
     @staticmethod
     def _exact(owner_id: int, query: np.ndarray, k: int, within: Within | None) -> tuple[str, list]:
@@ -168,6 +173,13 @@ class DatabaseSearch:
     def cached_owners(self) -> list[int]:
         """Owners whose vectors this process holds: none."""
         return []
+
+
+def graph_ef(size: float, k: int, ef_search: int | None = None) -> int:
+    """hnsw.ef_search of a walk for the top k through a graph of `size` notes: `ef_search` if given, else
+    EF_SEARCH * sqrt(size / EF_NOTES); at least k (and 40), at most pgvector's 1000."""
+    ef = ef_search if ef_search is not None else EF_SEARCH * math.sqrt(max(size, 0) / EF_NOTES)
+    return int(min(max(round(ef), int(k), 40), 1000))
 
 
 def _conditions(within: Within | None) -> tuple[str, list[Any]]:

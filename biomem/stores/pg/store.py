@@ -28,7 +28,7 @@ from ..base import COLUMNS, KEYS, THRESHOLD_COLUMNS, Derived, SealedTemplates, S
 from ..groups import emptied_groups, erase_from_groups
 from ..records import GROUP_KEY_PREFIX, Group, Identity, check_id, metadata_json, now_iso
 from ..sealing import Sealer
-from .graphs import GRAPH_FLOOR
+from .graphs import GRAPH_FLOOR, HNSW_THRESHOLD
 from .note_rows import PgNoteRows, as_array
 from .schema import APP_ROLE, MIGRATIONS, SCHEMA_VERSION
 from .search import DatabaseSearch
@@ -193,12 +193,13 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
         reclaims their pages and its WAL retention decides when the bytes leave (README)."""
 
     def search_index(self, dim: int, *, hnsw_threshold: int | None = None) -> SearchIndex:
-        """Search in the database: exact per-owner scans and, given `hnsw_threshold` (raised to GRAPH_FLOOR),
-        an HNSW graph of its own for each partition of at least that many notes (biomem.stores.pg.graphs).
-        This open builds the graphs that are due, CONCURRENTLY, unless another process is at it (then in the
-        background); writes that make a partition cross the threshold build the next ones in the background."""
+        """Search in the database: exact per-owner scans, and an HNSW graph of its own for each partition of
+        at least `hnsw_threshold` notes (default HNSW_THRESHOLD, 10,000; raised to GRAPH_FLOOR, 1,000; a
+        threshold above every partition scans them all): biomem.stores.pg.graphs. This open builds the graphs
+        that are due, CONCURRENTLY, unless another process is at it (then in the background); a write that
+        makes a partition cross the threshold builds its graph in the background."""
         self.ensure_vector_index(dim, hnsw=False)
-        threshold = None if hnsw_threshold is None else max(int(hnsw_threshold), GRAPH_FLOOR)
+        threshold = max(HNSW_THRESHOLD if hnsw_threshold is None else int(hnsw_threshold), GRAPH_FLOOR)
         search = DatabaseSearch(self, hnsw_threshold=threshold)
         search.index_partitions(wait=False)
         return search
