@@ -8,11 +8,19 @@ With several templates per owner, b_i is the set and the score is the best templ
 The ambiguity rule (policy "best"): when the best identity clears τ but another identity (the runner-up)
 also clears τ or comes within the margin δ of the best, the gate cannot tell who is asking and admits
 nobody (`GateResult.ambiguous`): a look-alike relative or a morph of two enrolled people is nobody's.
+
+Two ways to the same decision (`Gate.decide`): the exact scan of every template, and from CANDIDATE_CELLS
+template cells on, the candidate path (biomem.identity.candidates): an hnswlib index's nearest templates, every
+template of their identities scored exactly, and the decision made on those scores, taken only for a strong
+match, where nothing below τ can change it or what the caller reads (see `Gate._candidates`); otherwise the
+exact scan.
 """
 
 from __future__ import annotations
 
+import math
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +28,8 @@ import numpy as np
 
 from ..errors import InvalidInputError, ModalityMismatchError
 from ..stores import MemoryStore
-from ..stores.blas import one_thread
 from ..vocabulary import FUSIONS, POLICIES
+from .candidates import CANDIDATE_CELLS, STRONG, WIDEN, CandidateIndexes, K, Templates
 
 # δ per encoder until a calibrated one is stored (Biometrics.margin), from `calibrate_samples` (docs/gate.md):
 # face-arcface-s: τ 0.4291 minus the runner-up score 99% of its genuine probes stay under (0.247), rounded down;
@@ -48,12 +56,18 @@ class Probe:
 
 @dataclass
 class GateResult:
-    """The gate's decision for one probe."""
+    """The gate's decision for one probe.
+
+    `identity_ids` and `best_scores` hold every enrolled identity scoring at or above `floor`, each with its
+    exact best cosine (the exact scan's, bit for bit), and may leave out identities below it: the exact scan
+    lists everyone (floor -inf); a decision of the candidate path lists the identities it scored, complete from
+    `floor` (τ, or -inf when the index returned every template) up. `scores` and `score_of` read these lists.
+    """
 
     identity: int | None  # the admitted owner (policy "best"), None when nobody matched
     admitted: list[int]  # every admitted owner (one at most under "best")
-    identity_ids: np.ndarray  # enrolled identities of this modality ...
-    best_scores: np.ndarray  # ... and the probe's best cosine with each
+    identity_ids: np.ndarray  # enrolled identities of this modality (every one scoring at least `floor`) ...
+    best_scores: np.ndarray  # ... and the probe's exact best cosine with each
     threshold: float
     modality: str
     policy: str = "best"
@@ -62,6 +76,7 @@ class GateResult:
     components: list[GateResult] = field(default_factory=list)  # the per-modality decisions
     margin: float = 0.0  # δ: a runner-up this close to the best makes the probe ambiguous (policy "best")
     ambiguous: bool = False  # the best cleared τ but a runner-up was too close: nobody admitted
+    floor: float = -math.inf  # every identity scoring at or above this is listed (-inf: every enrolled identity)
 
     @property
     def matched(self) -> bool:
@@ -69,14 +84,18 @@ class GateResult:
 
     @property
     def scores(self) -> dict[int, float]:
-        """Best cosine per enrolled identity (built on demand: 10,000 identities cost ms)."""
+        """Best cosine per listed identity (built on demand: 10,000 identities cost ms); every enrolled
+        identity when `floor` is -inf, else those the candidate path scored (all of them down to `floor`)."""
         return {int(i): float(s) for i, s in zip(self.identity_ids, self.best_scores)}
 
     def score_of(self, identity: int) -> float:
-        """The probe's best cosine with one identity (0.0 when it has no template here), without
-        building `scores` for every enrolled identity."""
+        """The probe's best cosine with one identity, without building `scores` for every enrolled identity:
+        0.0 when it has no template here; -inf when the result is partial (`floor` above -inf) and does not list
+        it, since it then scored below `floor`, lower than anything the result answers for."""
         hits = np.flatnonzero(self.identity_ids == identity)
-        return float(self.best_scores[hits[0]]) if hits.size else 0.0
+        if hits.size:
+            return float(self.best_scores[hits[0]])
+        return 0.0 if self.floor == -math.inf else -math.inf
 
     def as_dict(self) -> dict[str, Any]:
         data = {"identity": self.identity,
@@ -121,6 +140,9 @@ def fuse(results: list[GateResult], fusion: str = "all", policy: str = "best") -
     """
     if fusion not in FUSIONS:
         raise InvalidInputError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+    if any(r.floor > -math.inf for r in results):
+        raise InvalidInputError("fusion reads every identity's score in every modality: decide each part with "
+                                "the exact scan (Gate.decide without a floor)")
     ids = np.unique(np.concatenate([r.identity_ids for r in results])).astype(np.int64)
     margins = np.full((len(results), len(ids)), -np.inf, dtype=np.float64)
     for row, result in zip(margins, results):
@@ -136,23 +158,25 @@ def fuse(results: list[GateResult], fusion: str = "all", policy: str = "best") -
 
 
 class Gate:
-    """Template matrices per modality, cached and reloaded when enrolment changes."""
+    """Template snapshots per modality, cached and reloaded when enrolment changes, and the candidate index over
+    each (biomem.identity.candidates), refreshed on a background thread unless `background` is False."""
 
-    def __init__(self, store: MemoryStore) -> None:
+    def __init__(self, store: MemoryStore, *, background: bool = True) -> None:
         self.store = store
         self._lock = threading.Lock()
-        self._cache: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}
+        self._cache: dict[str, Templates] = {}
         self._modalities: tuple[str, list[str]] | None = None
+        self.candidates = CandidateIndexes(background=background)
+        self.paths: Counter[str] = Counter()  # how decisions were made: "candidates", or "scan: <why>"
 
-    def _templates(self, modality: str) -> tuple[np.ndarray, np.ndarray]:
+    def _templates(self, modality: str) -> Templates:
         version = self.store.templates_version()
         with self._lock:
             cached = self._cache.get(modality)
-            if cached is None or cached[0] != version:
-                ids, matrix = self.store.templates(modality)
-                cached = (version, ids, matrix)
+            if cached is None or cached.version != version:
+                cached = Templates.load(version, *self.store.templates(modality))
                 self._cache[modality] = cached
-        return cached[1], cached[2]
+        return cached
 
     def modalities(self) -> list[str]:
         """Modalities with at least one enrolled template (cached per enrolment version)."""
@@ -162,25 +186,103 @@ class Gate:
                 self._modalities = (version, self.store.modalities())
             return self._modalities[1]
 
-    def scores(self, probe: Probe) -> tuple[np.ndarray, np.ndarray]:
-        """(identity ids, best cosine of the probe with each identity's templates)."""
-        ids, matrix = self._templates(probe.modality)
-        if len(ids) == 0:
-            return ids, np.zeros(0, dtype=np.float32)
-        if matrix.shape[1] != probe.embedding.shape[0]:
+    def _snapshot(self, probe: Probe) -> Templates:
+        """The probe's modality's templates; ModalityMismatchError when the probe has another dimension."""
+        templates = self._templates(probe.modality)
+        if templates.rows and templates.dim != probe.embedding.shape[0]:
             raise ModalityMismatchError(
                 f"probe has {probe.embedding.shape[0]} dimensions but {probe.modality!r} "
-                f"templates have {matrix.shape[1]}: the probe was made by another encoder")
-        with one_thread():
-            sims = matrix @ probe.embedding
-        starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])  # templates sorted by identity
-        return ids[starts], np.maximum.reduceat(sims, starts)
+                f"templates have {templates.dim}: the probe was made by another encoder")
+        return templates
 
-    def decide(self, probe: Probe, threshold: float, policy: str = "best", margin: float = 0.0) -> GateResult:
+    def scores(self, probe: Probe) -> tuple[np.ndarray, np.ndarray]:
+        """(identity ids, best cosine of the probe with each identity's templates): the exact scan."""
+        templates = self._snapshot(probe)
+        return templates.owners, templates.best(probe.embedding)
+
+    def decide(self, probe: Probe, threshold: float, policy: str = "best", margin: float = 0.0,
+               floor: float | None = None) -> GateResult:
         """Admit the best identity at or above τ unless a runner-up is within `margin` δ of it or clears
-        τ too ("best"), or every identity at or above τ ("all")."""
-        ids, best = self.scores(probe)
+        τ too ("best"), or every identity at or above τ ("all").
+
+        floor: the lowest score the caller reads of a result that admits nobody (the attempt limiter's
+        near-miss band, τ when it reads nothing), or None when it reads every identity's score of any result
+        (the exact scan: fusion, the demo disclosure). With a floor, a store of CANDIDATE_CELLS template cells
+        or more may be decided by the candidate path (`_candidates`): it admits as the exact scan does and its
+        result is complete from τ up (`GateResult.floor`); a result that admits nobody is always the scan's,
+        complete below any floor. A caller that un-admits a candidate result (the attempt limiter's guard) and
+        then reads below τ decides again without a floor (Biometrics.identify).
+        """
+        templates = self._snapshot(probe)
+        if floor is not None:
+            if templates.rows * templates.dim >= CANDIDATE_CELLS:
+                found = self._candidates(probe, templates, threshold, policy, margin)
+                if found is not None:
+                    return found
+            else:
+                self.candidates.drop(probe.modality)
+                self.paths["scan: small"] += 1
+        else:
+            self.paths["scan: every score"] += 1
+        return self._result(probe, templates.owners, templates.best(probe.embedding), threshold, policy, margin)
+
+    @staticmethod
+    def _result(probe: Probe, ids: np.ndarray, best: np.ndarray, threshold: float, policy: str, margin: float,
+                floor: float = -math.inf) -> GateResult:
         admitted, ambiguous = _admit(ids, best, threshold, policy, margin)
         return GateResult(identity=admitted[0] if admitted else None, admitted=admitted,
-                          identity_ids=ids, best_scores=best, threshold=threshold,
-                          modality=probe.modality, policy=policy, margin=margin, ambiguous=ambiguous)
+                          identity_ids=ids, best_scores=best, threshold=threshold, modality=probe.modality,
+                          policy=policy, margin=margin, ambiguous=ambiguous, floor=floor)
+
+    def _candidates(self, probe: Probe, templates: Templates, threshold: float, policy: str,
+                    margin: float) -> GateResult | None:
+        """An admission by the candidate index, or None for the exact scan.
+
+        An hnswlib search finds reliably what is near the probe, not a lone template scoring about τ away from
+        everything else the probe resembles (biomem.identity.candidates). So the candidate path only admits,
+        and only a strong match: the best identity clears τ by δ and by STRONG, so the decision reads nothing
+        below τ. It asks for the K templates nearest the probe (K × WIDEN once when the K-th still scores τ or
+        more), and for the K nearest the probe's part orthogonal to its best template (a second person blended
+        into the probe is near that part); every template of each identity they name is scored exactly and
+        the decision is made on those scores. When it admits, the result lists every identity it found, all
+        at or above τ among them (floor τ). A probe that matches nobody, only weakly, or ambiguously is left to
+        the exact scan, so every refusal, and every score a refusal's reader reads, is the scan's.
+        """
+        index = self.candidates.get(probe.modality, templates)
+        if index is None:
+            self.paths["scan: index not ready"] += 1
+            return None
+        vector = probe.embedding
+        for k in (K, K * WIDEN):
+            found = index.query(vector, k, templates)
+            if found is None:
+                self.paths["scan: index busy"] += 1
+                return None
+            if found.everything:
+                self.paths["candidates"] += 1
+                return self._result(probe, templates.owners[found.groups], found.best, threshold, policy, margin)
+            if float(found.best.max(initial=-np.inf)) < threshold + max(margin, STRONG):
+                self.paths["scan: no strong match"] += 1
+                return None
+            if found.lowest < threshold:
+                break
+        else:
+            self.paths["scan: more than K × WIDEN templates above τ"] += 1
+            return None
+        nearest = templates.matrix[found.best_row]
+        rest = vector - np.float32(vector @ nearest) * nearest
+        norm = float(np.linalg.norm(rest))
+        groups, best = found.groups, found.best
+        if norm > 1e-6:
+            other = index.query(rest / np.float32(norm), K, templates, probe=vector)
+            if other is None:
+                self.paths["scan: index busy"] += 1
+                return None
+            groups, first = np.unique(np.r_[groups, other.groups], return_index=True)
+            best = np.r_[best, other.best][first]  # an identity both found has the same exact score in each
+        result = self._result(probe, templates.owners[groups], best, threshold, policy, margin, floor=threshold)
+        if not result.matched:  # a refusal lists whom it found, not all at or above τ: the scan lists them
+            self.paths["scan: nobody admitted"] += 1
+            return None
+        self.paths["candidates"] += 1
+        return result

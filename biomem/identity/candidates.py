@@ -1,0 +1,367 @@
+"""The gate's candidate path (issue 28): an hnswlib index over one modality's templates, kept in step with
+enrolment, and the exact score of every template of each identity it returns.
+
+The exact scan (biomem.identity.gate.Gate.scores) reads every template: at 100,000 people × 5 captures × 512-d
+that is 1 GB per probe. The candidate path asks an hnswlib index (space "ip" over the unit-norm templates) for
+the k templates nearest the probe, then scores every template of each identity among them exactly, with the
+product the scan uses (`cosines`: a row's float32 score is the same bits wherever the row sits, which BLAS's
+matrix-vector product does not promise: it scores the last rows of a matrix with another kernel), so a
+candidate's best score is the scan's, bit for bit.
+
+What an hnswlib search does not do is find a lone template far from everything else the probe resembles. A
+stranger's probe draws its top scores from the tail of 500,000 impostor scores (0.03 ± 0.08); the few that reach
+0.36 or 0.43 are not near it in the graph. Measured on face-like templates (`SyntheticFaces`, 50,000 templates,
+M 16, ef 64..256, 1,000 stranger probes): hnswlib missed a template at or above τ − 0.07 for 17% to 2% of the
+probes while its 64th neighbour already scored below that; probes aimed at one template at τ ± 0.02 missed it
+2.5% of the time at ef 128; a blend of two people at 0.74 and 0.58 missed a third person's template at 0.45.
+So "the k-th neighbour scores below the floor" is no completeness certificate for a refusal, and the gate
+(`Gate._candidates`) lets the candidate path only admit, and only a strong match (the best identity τ + δ and
+τ + STRONG or more): it is near enrolled templates, where the graph is dense, and a runner-up at τ or more is
+either near it too or, for a blend of two people, near the probe's part orthogonal to its best template, which
+the gate searches as well. Every refusal (nobody, a weak match, an ambiguous probe) is the exact scan's.
+tests/test_gate_candidates.py checks 100,000 probes of both kinds, and those aimed at the edges, against the scan.
+
+The index is built lazily per modality, off the request path (`CandidateIndexes`, a background thread: the exact
+scan answers meanwhile), and follows enrolment incrementally (hnswlib add_items, mark_deleted) when few rows
+changed; it answers only for the exact template snapshot it reflects, so a stale index is never read: a
+forgotten person's labels are deleted before the index answers for the store without them, and a new person's
+rows are in it before it answers for the store with them. It lives in memory only: templates are sealed at rest
+(biomem.stores.sealing) and an index file would hold them in the clear.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import hnswlib
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+# From how many template cells (templates × dimension) of one modality the gate takes the candidate path.
+# benchmarks/gate.py --crossover (docs/speed.md, 2 shared cores): the exact scan of 10,000 × 512 took 0.67 ms
+# against 0.26 ms for the candidate path, 2,000 × 512 0.10 ms against 0.17 ms; they cross near 4,000 × 512
+# cells. Set at twice that, so a store near the crossover keeps the exact scan and no index to build.
+CANDIDATE_CELLS = 4_096_000
+# The candidate path decides only a probe whose best identity clears τ by δ and by STRONG (a cosine gap): the
+# scores it was proven on are face-arcface-s-like (SyntheticFaces, δ 0.18), where a probe within 0.18 of τ is
+# a stranger's or a poor capture, and where hnswlib missed a lone template near τ (tests/test_gate_candidates.py).
+# An encoder whose scores crowd near 1 (face-dlib: τ 0.95) never clears it: the exact scan decides there.
+STRONG = 0.18
+K = 64  # templates asked of the index first ...
+WIDEN = 4  # ... then K × WIDEN once when the K-th still scores at or above τ, then the exact scan
+EF = 128  # hnswlib's search breadth (k when k is larger): 0 misses above τ in benchmarks/gate.py from 128 on
+M = 16  # hnswlib graph degree and construction breadth: build time grows with both
+EF_CONSTRUCTION = 100
+BUILD_THREADS = 1  # a build runs beside the requests it speeds up: one core of two
+REBUILD_SHARE = 0.05  # an enrolment change touching more rows than this share of the index rebuilds it
+DELETED_SHARE = 0.2  # ... as do deleted labels past this share of the live ones (they still cost hops)
+
+
+def cosines(matrix: np.ndarray, probe: np.ndarray) -> np.ndarray:
+    """The float32 cosine of each unit-norm row with the unit-norm probe: the exact scan's and the candidate
+    check's one product, a row's score the same wherever the row sits (np.vecdot; BLAS gemv is not)."""
+    return np.vecdot(matrix, probe)
+
+
+@dataclass(frozen=True, eq=False)
+class Templates:
+    """One modality's templates as the gate loaded them at one enrolment version, rows grouped by identity."""
+
+    version: str
+    ids: np.ndarray  # identity of each row
+    matrix: np.ndarray  # (rows, dim) unit-norm float32
+    owners: np.ndarray  # identity of each group of rows, in row order
+    starts: np.ndarray  # first row of each group, then the row count
+    sorter: np.ndarray  # argsort(owners), to find an identity's group
+
+    @classmethod
+    def load(cls, version: str, ids: np.ndarray, matrix: np.ndarray) -> Templates:
+        ids = np.asarray(ids, dtype=np.int64)
+        firsts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.zeros(0, np.int64)
+        owners = ids[firsts]
+        return cls(version, ids, matrix, owners, np.r_[firsts, len(ids)].astype(np.int64),
+                   np.argsort(owners, kind="stable"))
+
+    @property
+    def rows(self) -> int:
+        return len(self.ids)
+
+    @property
+    def dim(self) -> int:
+        return int(self.matrix.shape[1]) if self.matrix.ndim == 2 else 0
+
+    def best(self, probe: np.ndarray) -> np.ndarray:
+        """The exact scan: the probe's best cosine with each group's templates."""
+        if not self.rows:
+            return np.zeros(0, dtype=np.float32)
+        return np.maximum.reduceat(cosines(self.matrix, probe), self.starts[:-1])
+
+    def groups_of(self, rows: np.ndarray) -> np.ndarray:
+        """The group of each row."""
+        return np.searchsorted(self.starts, rows, side="right") - 1
+
+    def rows_of(self, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(every row of these groups, each group's first position in it)."""
+        counts = self.starts[groups + 1] - self.starts[groups]
+        offsets = np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64)
+        rows = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(self.starts[groups] - offsets, counts)
+        return rows, offsets
+
+
+@dataclass
+class Found:
+    """What one index query found, scored exactly."""
+
+    groups: np.ndarray  # the groups (identities, by position in Templates.owners) of the returned templates
+    best: np.ndarray  # the probe's exact best cosine with each of them, over all their templates
+    lowest: float  # the lowest exact score among the returned templates (the k-th neighbour's, in truth)
+    everything: bool  # the index returned every template it holds
+    best_row: int  # the row of the template the probe scores highest with
+
+
+class _Shared:
+    """Many readers or one writer; a reader never waits for a writer (it scans exactly instead)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writing = False
+
+    @contextmanager
+    def reading(self) -> Iterator[bool]:
+        with self._cond:
+            allowed = not self._writing
+            self._readers += allowed
+        try:
+            yield allowed
+        finally:
+            if allowed:
+                with self._cond:
+                    self._readers -= 1
+                    self._cond.notify_all()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        with self._cond:
+            self._writing = True
+            self._cond.wait_for(lambda: self._readers == 0)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writing = False
+
+
+class CandidateIndex:
+    """An hnswlib index over the templates of one snapshot (`templates`), labels mapped to its rows."""
+
+    def __init__(self, templates: Templates, *, threads: int = BUILD_THREADS) -> None:
+        started = time.perf_counter()
+        n = templates.rows
+        self._hnsw = hnswlib.Index(space="ip", dim=templates.dim)
+        self._hnsw.init_index(max_elements=max(n, 1), ef_construction=EF_CONSTRUCTION, M=M)
+        self._hnsw.add_items(templates.matrix, np.arange(n), num_threads=threads)
+        self._hnsw.set_ef(EF)
+        self.templates = templates
+        self._labels = np.arange(n, dtype=np.int64)  # the label of each row of `templates`
+        self._rows = np.arange(n, dtype=np.int64)  # the row of each label, -1 once deleted
+        self._deleted = 0
+        self._lock = _Shared()
+        self.threads = threads
+        self.seconds = time.perf_counter() - started  # build time
+        self.updates = 0  # incremental updates since the build
+
+    @property
+    def size(self) -> int:
+        return self.templates.rows
+
+    def query(self, query: np.ndarray, k: int, templates: Templates, probe: np.ndarray | None = None) -> Found | None:
+        """The k templates nearest `query`, and every template of their identities scored exactly with `probe`
+        (default the query); None when the index does not reflect `templates` (stale) or is being updated."""
+        with self._lock.reading() as allowed:
+            if not allowed or self.templates is not templates:
+                return None
+            k = min(k, templates.rows)
+            try:
+                labels, _ = self._hnsw.knn_query(query, k=k, num_threads=1)
+            except RuntimeError:  # hnswlib found fewer than k (deleted labels fill the graph): scan exactly
+                return None
+            returned = self._rows[labels[0]]
+        if np.any(returned < 0):  # a deleted label: never expected; the exact scan is the safe answer
+            return None
+        groups = np.unique(templates.groups_of(returned))
+        rows, offsets = templates.rows_of(groups)
+        sims = cosines(templates.matrix[rows], query if probe is None else probe)
+        where = np.searchsorted(rows, returned)  # rows is sorted: groups ascend and their rows are contiguous
+        return Found(groups, np.maximum.reduceat(sims, offsets), float(sims[where].min()),
+                     k >= templates.rows, int(rows[np.argmax(sims)]))
+
+    def update(self, new: Templates) -> bool:
+        """Bring the index to `new` in place when few rows changed (False: rebuild instead). An identity that
+        kept its templates and gained some keeps its labels; one that went, or whose templates changed, has its
+        labels deleted; new rows are added. Queries meanwhile scan exactly."""
+        old = self.templates
+        if new.dim != old.dim:
+            return False
+        old_counts, new_counts = np.diff(old.starts), np.diff(new.starts)
+        common, at_old, at_new = np.intersect1d(old.owners, new.owners, assume_unique=True, return_indices=True)
+        grows = new_counts[at_new] >= old_counts[at_old]
+        at_old, at_new = at_old[grows], at_new[grows]
+        old_rows, firsts = old.rows_of(at_old)
+        new_rows = np.repeat(new.starts[at_new] - old.starts[at_old], old_counts[at_old]) + old_rows
+        same = _rows_equal(old.matrix, old_rows, new.matrix, new_rows)
+        kept = np.logical_and.reduceat(same, firsts) if len(firsts) else np.zeros(0, bool)
+        keep_old, _ = old.rows_of(at_old[kept])  # rows whose labels carry over
+        keep_new = np.repeat(new.starts[at_new[kept]] - old.starts[at_old[kept]], old_counts[at_old[kept]]) + keep_old
+        gone = np.setdiff1d(np.arange(old.rows), keep_old, assume_unique=True)
+        added = np.setdiff1d(np.arange(new.rows), keep_new, assume_unique=True)
+        if len(gone) + len(added) > REBUILD_SHARE * max(new.rows, 1) or \
+                self._deleted + len(gone) > DELETED_SHARE * max(new.rows, 1):
+            return False
+        labels = np.empty(new.rows, dtype=np.int64)
+        labels[keep_new] = self._labels[keep_old]
+        first = len(self._rows)
+        labels[added] = np.arange(first, first + len(added))
+        rows = np.full(first + len(added), -1, dtype=np.int64)
+        rows[labels] = np.arange(new.rows)
+        with self._lock.writing():
+            needed = self._hnsw.element_count + len(added)
+            if needed > self._hnsw.max_elements:
+                self._hnsw.resize_index(max(needed, int(self._hnsw.max_elements * 1.25)))
+            for label in self._labels[gone]:
+                self._hnsw.mark_deleted(int(label))
+            if len(added):
+                self._hnsw.add_items(new.matrix[added], labels[added], num_threads=self.threads)
+            self.templates, self._labels, self._rows = new, labels, rows
+            self._deleted += len(gone)
+            self.updates += 1
+        return True
+
+
+def _rows_equal(a: np.ndarray, a_rows: np.ndarray, b: np.ndarray, b_rows: np.ndarray,
+                chunk: int = 8192) -> np.ndarray:
+    """Whether a[a_rows[i]] and b[b_rows[i]] hold the same values, row by row (in chunks: no full copy)."""
+    out = np.empty(len(a_rows), dtype=bool)
+    for start in range(0, len(a_rows), chunk):
+        part = slice(start, start + chunk)
+        out[part] = np.all(a[a_rows[part]] == b[b_rows[part]], axis=1)
+    return out
+
+
+class CandidateIndexes:
+    """The candidate index of each modality, refreshed to the gate's latest template snapshot: on a background
+    thread (`background`, the default: the gate scans exactly until it is ready) or inline."""
+
+    def __init__(self, *, background: bool = True, threads: int = BUILD_THREADS) -> None:
+        self.background = background
+        self.threads = threads
+        self._indexes: dict[str, CandidateIndex] = {}
+        self._wanted: dict[str, Templates] = {}  # the latest snapshot each stale modality should reflect
+        self._failed: dict[str, Templates] = {}  # a snapshot whose build raised is not tried again
+        self._lock = threading.Lock()
+        self._refreshing = threading.Lock()
+        self._worker: threading.Thread | None = None
+
+    def get(self, modality: str, templates: Templates) -> CandidateIndex | None:
+        """The modality's index if it reflects `templates`; else None, after asking for a refresh."""
+        index = self._indexes.get(modality)
+        if index is not None and index.templates is templates:
+            return index
+        with self._lock:
+            if self._failed.get(modality) is templates:
+                return None
+            self._wanted[modality] = templates
+            if self.background:
+                if self._worker is None:
+                    self._worker = threading.Thread(target=self._work, name="biomem-gate-index", daemon=True)
+                    self._worker.start()
+                return None
+        self._work()
+        index = self._indexes.get(modality)
+        return index if index is not None and index.templates is templates else None
+
+    def drop(self, modality: str) -> None:
+        """Forget the modality's index (the store fell below the switch size)."""
+        with self._lock:
+            self._wanted.pop(modality, None)
+            self._indexes.pop(modality, None)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the background refresh to finish (benchmarks and tests); False on timeout."""
+        worker = self._worker
+        if worker is not None:
+            worker.join(timeout)
+            return not worker.is_alive()
+        return True
+
+    def _work(self) -> None:
+        with self._refreshing:
+            while True:
+                with self._lock:
+                    if not self._wanted:
+                        if threading.current_thread() is self._worker:
+                            self._worker = None
+                        return
+                    modality, templates = self._wanted.popitem()
+                try:
+                    self._refresh(modality, templates)
+                except Exception:  # the exact scan keeps answering; this snapshot is not tried again
+                    log.exception("could not index the %s templates; the gate scans them exactly", modality)
+                    with self._lock:
+                        self._failed[modality] = templates
+
+    def _refresh(self, modality: str, templates: Templates) -> None:
+        index = self._indexes.get(modality)
+        if index is not None and index.templates is templates:
+            return
+        if index is not None and index.update(templates):
+            return
+        built = CandidateIndex(templates, threads=self.threads)
+        log.info("indexed %d %s templates for the gate in %.1f s", templates.rows, modality, built.seconds)
+        with self._lock:
+            self._indexes[modality] = built
+
+
+class SyntheticFaces:
+    """Templates shaped like face embeddings, for the proof test and benchmarks/gate.py: identity centres spread
+    with a common direction and a low-rank part (impostor cosine 0.025 ± 0.085, face-arcface-s's sample faces:
+    0.027 ± 0.084), captures of one person clustered around its centre (genuine cosine mostly 0.6-1.0)."""
+
+    def __init__(self, dim: int = 512, seed: int = 0, rank: int = 64, common: float = 0.0285,
+                 low_rank: float = 0.697) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.dim = dim
+        self.rank = min(rank, dim)
+        self.axis = _unit(self.rng.standard_normal(dim))
+        self.basis = np.linalg.qr(self.rng.standard_normal((dim, self.rank)))[0].astype(np.float32)
+        self.weights = np.sqrt(common), np.sqrt(low_rank), np.sqrt(max(1.0 - common - low_rank, 0.0))
+
+    def centres(self, n: int) -> np.ndarray:
+        """n new identities' centres."""
+        low = self.rng.standard_normal((n, self.rank), dtype=np.float32) / np.sqrt(self.rank)
+        rest = self.rng.standard_normal((n, self.dim), dtype=np.float32) / np.sqrt(self.dim)
+        a, b, c = self.weights
+        return _unit(a * self.axis + b * low @ self.basis.T + c * rest)
+
+    def captures(self, centres: np.ndarray) -> np.ndarray:
+        """One capture of each centre: most close (cosine ~0.97 between two), some poorer (~0.65-0.8)."""
+        n = len(centres)
+        spread = np.where(self.rng.random(n) < 0.85, self.rng.uniform(0.01, 0.05, n), self.rng.uniform(0.4, 0.9, n))
+        noise = self.rng.standard_normal((n, self.dim), dtype=np.float32) / np.sqrt(self.dim)
+        return _unit(centres + np.sqrt(spread).astype(np.float32)[:, None] * noise)
+
+    def gallery(self, people: int, captures: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(identity ids 1.., grouped and sorted, their templates, the centres): `captures` per person."""
+        centres = self.centres(people)
+        templates = np.stack([self.captures(centres) for _ in range(captures)], axis=1).reshape(-1, self.dim)
+        return np.repeat(np.arange(1, people + 1), captures), templates, centres
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
