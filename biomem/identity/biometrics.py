@@ -55,6 +55,7 @@ class Biometrics:
     policy: str
     fusion: str
     target_fpir: float  # the false-positive identification rate enrolment must keep (biomem.identity.enrolment)
+    disclosure: str  # "private" or "demo" (biomem.identity.disclosure): "demo" shows every score
     _encoders: EncoderCache
     _enrolling: threading.Lock  # check-then-insert of enrolments is one step
 
@@ -165,19 +166,33 @@ class Biometrics:
         policy = policy or self.policy
         self.limiter.check(client)
         probes = self.probes(probe)
+        step_up = functools.partial(self.threshold, step_up=True)
         if len(probes) == 1:
             name = probes[0].modality
-            result = self.gate.decide(probes[0], self.threshold(name), policy, self.margin(name))
-        else:
+            tau = self.threshold(name)
+            reads = self._reads(name, tau, client)
+            result = self.limiter.protect(self.gate.decide(probes[0], tau, policy, self.margin(name), reads), step_up)
+            if not result.matched and reads is not None and result.floor > reads:  # a match protect took back
+                result = self.limiter.protect(self.gate.decide(probes[0], tau, policy, self.margin(name)), step_up)
+        else:  # fusion reads every identity's margin in every modality: the exact scan
             parts = [self.gate.decide(p, self.threshold(p.modality), "all", self.margin(p.modality)) for p in probes]
-            result = fuse(parts, fusion or self.fusion, policy)
-        step_up = functools.partial(self.threshold, step_up=True)
-        result = self.limiter.protect(result, step_up)
+            result = self.limiter.protect(fuse(parts, fusion or self.fusion, policy), step_up)
         result.labels = {i: self.store.identity(i).label for i in result.admitted}
         if not result.matched:
             self.limiter.miss(client)
             self.limiter.near_miss(client, result, step_up)
         return result
+
+    def _reads(self, modality: str, tau: float, client: Clients) -> float | None:
+        """The lowest score identify reads of a probe that matches nobody (Gate.decide's floor): the attempt
+        limiter's near-miss band below τ, near × (step-up τ − τ), for a call with a client (limits.near_miss),
+        else τ itself; None (every score of every result: the exact scan) under the demo disclosure, which
+        shows them. What the gate's own rule reads (a runner-up within δ of the best) is the gate's to know."""
+        if self.disclosure == "demo":
+            return None
+        limits = self.limiter.limits
+        return tau if limits is None or not client else \
+            tau - limits.near * (self.threshold(modality, step_up=True) - tau)
 
     def _owner(self, probe: Any, client: Clients = None) -> int:
         return self.owner_of(self.identify(probe, policy="best", client=client))
@@ -210,8 +225,8 @@ class Biometrics:
 
     def stepped_up(self, probes: list[Probe]) -> int | None:
         """The one identity every probe matches at the stricter step-up τ, else None (no miss counted)."""
-        decided = {self.gate.decide(p, self.threshold(p.modality, step_up=True), "best",
-                                    self.margin(p.modality)).identity for p in probes}
+        decided = {self.gate.decide(p, tau, "best", self.margin(p.modality), floor=tau).identity
+                   for p in probes for tau in [self.threshold(p.modality, step_up=True)]}
         return decided.pop() if len(decided) == 1 else None
 
     def enroll(self, label: str, samples: Iterable[Any], modality: str | None = None, *,
