@@ -13,7 +13,10 @@ The latest probe wins, whatever order Gradio runs the events in: taking a burst 
 image put in the box afterwards drops the burst, and an image in the box when a message is sent is that
 message's probe (`chosen`), since it can only be there if it came after the burst.
 Each streamed chunk also writes None back to the camera, so Gradio's copy of the session's values never
-keeps the last frame either.
+keeps the last frame either. A stream runs until the person stops the camera (no time limit: Gradio would end
+and restart it, and its button would flicker between Stop and Record); one whose page went away ends when no
+frame came for 30 s (Gradio's wait for the next chunk), and a chunk that is no camera frame (a client posting
+the event by hand) ends its stream at once.
 """
 
 from __future__ import annotations
@@ -29,9 +32,6 @@ from . import uploads
 
 BURST_FRAMES = 3  # frames a burst keeps: about a second of holding still
 STREAM_EVERY = 0.3  # seconds between two frames of a started camera
-# One stream event lasts this long, then the page starts the next one at once (Gradio 6's time_limit): it
-# bounds what a client that starts a stream and goes away holds on the server.
-STREAM_SECONDS = 3
 BURST_SECONDS = 120  # a burst taken and not used within this is deleted
 MAX_FRAME_BYTES = 4 * 1024 * 1024  # a webcam JPEG is tens of kB; a burst holds at most 3 of these in memory
 NO_BURST = ("No burst. Start the camera (**Click to Access Webcam**, then **Record**: nothing is recorded), "

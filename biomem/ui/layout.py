@@ -165,8 +165,12 @@ def burst_input(ui: Controller, elem_id: str, image: gr.Image) -> BurstBox:
 
     def streamed(frame: Any, held: bursts.Frames) -> tuple[Any, None]:
         """One frame of the live camera: kept if a burst is being taken, else dropped; the camera's value is
-        written back empty, so the session's copy of it holds no frame."""
-        count = held.add(bursts.frame_bytes(frame))
+        written back empty, so the session's copy of it holds no frame. Anything but a camera frame ends the
+        stream at once (unseen), instead of leaving it waiting for the next."""
+        image = bursts.frame_bytes(frame)
+        if image is None:
+            raise gr.Error("Not a camera frame.", visible=False, print_exception=False)
+        count = held.add(image)
         return (gr.skip() if count is None else held.status()), None
 
     def armed(held: bursts.Frames, showing: Any) -> tuple[Any, ...]:
@@ -182,7 +186,7 @@ def burst_input(ui: Controller, elem_id: str, image: gr.Image) -> BurstBox:
         return held.status() if held.replaced_by(uploads.upload_path(value)) else gr.skip()
 
     camera.stream(on(ui, "page:view", streamed), [camera, frames], [status, camera], preprocess=False,
-                  stream_every=bursts.STREAM_EVERY, time_limit=bursts.STREAM_SECONDS, **QUICK)
+                  stream_every=bursts.STREAM_EVERY, **QUICK)
     take.click(on(ui, "page:view", armed), [frames, image], [frames, status, image], preprocess=False, **QUICK)
     drop.click(on(ui, "page:view", cleared), [frames], [status], **QUICK)
     image.change(on(ui, "page:view", replaced), [image, frames], [status], preprocess=False, **QUICK)
