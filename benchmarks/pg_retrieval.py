@@ -732,37 +732,58 @@ def run_rung(server: Server, n_notes: int, n_owners: int, large: list[int], *, v
     return result
 
 
-def fmt(entry: dict[str, Any] | None, recall: bool = True) -> str:
+def ms(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def seconds(value: float) -> str:
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
+
+
+def fmt(entry: dict[str, Any] | None, recall: bool = False) -> str:
     if entry is None:
         return "–"
-    text = f"{entry['p50_ms']:.2f} / {entry['p95_ms']:.2f}"
+    text = f"{ms(entry['p50_ms'])} / {ms(entry['p95_ms'])} ms"
     return f"{text} ({entry['recall_at_10']:.3f})" if recall else text
 
 
 def report(results: dict[str, Any]) -> str:
-    efs = ["owner"] + [f"owner_ef{ef}" for ef in EF_SEARCHES]
-    lines = ["| notes / owners | partition | exact p50 / p95 ms | one graph over every note (recall@10) "
-             "| per-owner graph, default ef_search (recall@10) | "
-             + " | ".join(f"ef_search {ef}" for ef in EF_SEARCHES) + " |",
-             "|---|---|---|---|" + "---|" * len(efs)]
+    """The two tables of docs/speed.md: search per partition size, then loads, builds and adds."""
+    lines = ["| notes / owners | partition | scan, beside the one graph | one graph over every note (recall@10) "
+             "| scan, beside the own graphs | own graph, default ef_search (recall@10) "
+             "| own graph recall@10 at ef_search " + " / ".join(str(ef) for ef in EF_SEARCHES) + " |",
+             "|---|---|---|---|---|---|---|"]
     for r in results["rungs"]:
         owner_phase, global_phase = r["owner_phase"], r.get("global_phase", {})
         for size in owner_phase["exact"]:
-            label = size if size != "small" else f"small (~{r['small_partition_notes']})"
-            ef = "" if size == "small" else f" ef {graph_ef(int(size.replace(',', '')), K)}:"
-            lines.append(f"| {r['notes']:,} / {r['owners']:,} | {label} "
-                         f"| {fmt(owner_phase['exact'][size], False)} "
-                         f"| {fmt(global_phase.get('global', {}).get(size))} |{ef} "
-                         + " | ".join(fmt(owner_phase[mode][size]) for mode in efs) + " |")
-    lines += ["", "| notes / owners | load (COPY, no index) | one graph: build s, MB | per-owner graphs: build s, MB "
-              "| add p50 ms, small / large owner: no graph, one graph, per-owner graphs |", "|---|---|---|---|---|"]
+            own = owner_phase["owner"][size]
+            if size == "small":
+                label, walked, fixed = f"~{r['small_partition_notes']} (no graph)", f"{fmt(own)} (scan)", "–"
+            else:
+                label = size
+                walked = f"ef {graph_ef(int(size.replace(',', '')), K)}: {fmt(own, True)}"
+                fixed = " / ".join(f"{owner_phase[f'owner_ef{ef}'][size]['recall_at_10']:.3f}" for ef in EF_SEARCHES)
+            scan, one = global_phase.get("exact", {}).get(size), global_phase.get("global", {}).get(size)
+            lines.append(f"| {r['notes']:,} / {r['owners']:,} | {label} | {fmt(scan)} | {fmt(one, True)} "
+                         f"| {fmt(owner_phase['exact'][size])} | {walked} | {fixed} |")
+    lines += ["", "| notes / owners | load: identities, COPY, VACUUM ANALYZE | one graph over every note: build, size "
+              "| own graphs: build, size | add p50, small / large owner: no graph, one graph, own graphs |",
+              "|---|---|---|---|---|"]
     for r in results["rungs"]:
-        adds = r["adds"]
-        cells = [f"{adds[state]['small']['p50_ms']:.2f} / {adds[state]['large']['p50_ms']:.2f}"
+        load, adds = r["load"], r["adds"]
+        cells = [f"{ms(adds[state]['small']['p50_ms'])} / {ms(adds[state]['large']['p50_ms'])}"
                  if state in adds else "–" for state in ("no_graph", "global_graph", "owner_graphs")]
-        lines.append(f"| {r['notes']:,} / {r['owners']:,} | {r['load']['build_s']:.0f} s "
-                     f"| {r.get('global_graph_build_s', float('nan')):.0f} s, {r.get('global_graph_mb', 0):.0f} MB "
-                     f"| {r['owner_graphs_build_s']:.0f} s, {r['owner_graphs_mb']:.0f} MB | {', '.join(cells)} |")
+        builds: dict[int, list[float]] = {}
+        for built in r["owner_graphs_built"].values():
+            builds.setdefault(built["notes"], []).append(built["build_s"])
+        each = "; ".join(f"{n:,}: {seconds(min(b))}–{seconds(max(b))} s"
+                         for n, b in sorted(builds.items(), reverse=True))
+        one = (f"{r['global_graph_build_s']:,.0f} s, {r['global_graph_mb']:,.0f} MB" if "global_graph_build_s" in r
+               else "–")
+        lines.append(f"| {r['notes']:,} / {r['owners']:,} | {load['build_s']:.0f} s ({load['identities_s']:.1f}, "
+                     f"{load['copy_s']:.1f}, {load['vacuum_analyze_s']:.1f}) | {one} "
+                     f"| {r['owner_graphs_build_s']:,.0f} s, {r['owner_graphs_mb']:,.0f} MB ({each}) "
+                     f"| {', '.join(cells)} ms |")
     return "\n".join(lines)
 
 
@@ -779,7 +800,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--workdir", default=tempfile.gettempdir())
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pg_retrieval.json"))
+    parser.add_argument("--report", metavar="JSON", help="print the tables of a finished run and stop")
     args = parser.parse_args(argv)
+    if args.report:
+        print(report(json.loads(Path(args.report).read_text())))
+        return 0
     from machine import machine_info  # benchmarks/machine.py
 
     ladder = QUICK_LADDER if args.quick else args.ladder

@@ -68,7 +68,7 @@ def graph_statement(owner_id: int, *, m: int = M, ef_construction: int = EF_CONS
 STATE = """
 SELECT valid, (SELECT count(*) FROM (SELECT FROM biomem.notes WHERE owner_id = %(owner)s
                                      LIMIT CASE WHEN valid THEN %(keep)s ELSE %(cap)s END) capped)
-FROM (SELECT (SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%(name)s)) AS valid) graph
+FROM (SELECT (SELECT indisvalid FROM pg_index WHERE indexrelid = (SELECT to_regclass(%(name)s))) AS valid) graph
 """
 
 
@@ -134,10 +134,10 @@ class OwnerGraphs:
 
     # ---- settling ----
     def settle_all(self, *, wait: bool = True) -> dict[int, str]:
-        """Build the graph of every partition of at least `threshold` notes that has none, drop those of
-        partitions under half of it, of forgotten owners, interrupted builds and the legacy global graph.
-        Returns owner -> "built" / "dropped" / "kept". With wait=False it does not wait for another
-        process that is settling graphs: the work goes to the background instead (and {} is returned)."""
+        """Build the graph of every partition of at least `threshold` notes that has none; drop those of
+        partitions under KEEP_FROM notes (forgotten owners' among them), interrupted builds and the legacy
+        global graph. Returns owner -> "built" / "dropped" / "kept" / "none". With wait=False it does not
+        wait for another process that is settling graphs: the work goes to the background instead ({})."""
         if not self.may_build:
             return {}
         if getattr(self.store._local, "conn", None) is not None:  # a build waits for every open transaction
