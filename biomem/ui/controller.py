@@ -27,6 +27,7 @@ from ..engine.memory import BioMemory
 from ..errors import (
     BioMemError,
     GroupNotFoundError,
+    MixedBurstError,
     MultipleFacesError,
     NoFaceError,
     PoorCaptureError,
@@ -127,9 +128,12 @@ class Controller:
         except NoFaceError:
             raise fail(f"No face was found in any of the burst's {count}: face the camera in good light and take "
                        "the burst again.", "No face found") from None
+        except MixedBurstError:
+            raise fail(f"The burst's {count} show different people: one person at a time. Hold still and take the "
+                       "burst again.", "More than one person") from None
         except MultipleFacesError:
-            raise fail(f"The burst's {count} show different people, or a frame shows several faces: one person "
-                       "at a time. Hold still and take the burst again.", "More than one person") from None
+            raise fail(f"A frame of the burst's {count} shows several faces: one person at a time. Hold still and "
+                       "take the burst again.", "More than one person") from None
 
     def step_up(self, value: Any, second: Any, encoder: str | None,
                 client: list[str] | None) -> Probe | dict[str, Probe]:
