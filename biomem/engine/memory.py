@@ -73,8 +73,8 @@ class BioMemory(Households, Biometrics):
     llm: "offline" (default, or $BIOMEM_LLM), "openai:<model>", "hf:<model-id>" or an LLM instance.
     policy: "best" admits only the best-matching identity; "all" every identity at or above τ.
     hnsw_threshold: notes per owner from which a partition is searched through an HNSW graph instead
-        of exactly; default the store's: 20,000 on SQLite (hnswlib per owner), never on PostgreSQL
-        (pgvector's one graph over every owner was slower and less exact than a scan, see README).
+        of exactly; default the store's: 20,000 on SQLite (hnswlib per owner), 10,000 on PostgreSQL (a partial
+        pgvector index per owner, docs/storage.md).
     fusion: how a probe carrying several modalities is judged: "all" must match (default),
         "any" suffices, or "sum" of the margins above each τ.
     disclosure: "private" or "demo" (see biomem.identity.disclosure; default $BIOMEM_DISCLOSURE, else "private",
