@@ -205,6 +205,12 @@ class ArcFaceEncoder(Encoder):
         """The quality measures of the single face in `image` (NoFaceError or MultipleFacesError otherwise)."""
         return self._face(_bgr(image))[1]
 
+    def aligned(self, image: Any) -> tuple[np.ndarray, FaceQuality]:
+        """The single face's aligned 112x112 RGB crop and its quality measures: the input other face models
+        (modalities.timm_encoder) take from this detector (NoFaceError or MultipleFacesError otherwise)."""
+        crop, measured = self._face(_bgr(image))
+        return np.ascontiguousarray(crop[:, :, ::-1]), measured
+
     def _face(self, bgr: np.ndarray) -> tuple[np.ndarray, FaceQuality]:
         """The one face's aligned 112x112 crop and its quality measures."""
         boxes, keypoints = self._detector.detect(bgr, input_size=detector_input(bgr.shape))

@@ -25,7 +25,7 @@ import numpy as np
 from .base import Availability, Encoder, EncoderInfo, l2_normalise
 from .errors import ModelUnavailableError
 from .palm import palm_roi
-from .weights import hub_blocked, locate, resolve, weights_dir
+from .weights import hub_blocked, locate, names_folder, resolve, weights_dir
 
 EMBEDDING_DIM = 2048  # fc1, the matching feature
 CHECKPOINT_FILE = "ccnet.pth"
@@ -53,8 +53,7 @@ def checkpoint_path(source: str | None = None, cache_dir: str | os.PathLike | No
 
 def _checkpoint_file(source: str) -> str | None:
     """The file name to look for inside `source`: ccnet.pth for a `local-dir:` folder or a bare `hf-hub:org/repo`."""
-    bare_repo = source.startswith("hf-hub:") and source.removeprefix("hf-hub:").strip("/").count("/") == 1
-    return CHECKPOINT_FILE if source.startswith("local-dir:") or bare_repo else None
+    return CHECKPOINT_FILE if names_folder(source) else None
 
 
 class CCNetEncoder(Encoder):

@@ -26,7 +26,12 @@ def palm_roi(image: Any, size: int = ROI_SIZE) -> np.ndarray:
     if gray.size != (size, size):
         gray = gray.resize((size, size), Image.Resampling.BILINEAR)
     roi = np.asarray(gray)
-    if float(roi.std()) < MIN_TEXTURE_STD:
+    check_texture(roi)
+    return roi
+
+
+def check_texture(gray: np.ndarray) -> None:
+    """NoPalmError when a grayscale image is nearly uniform: a blank or flat image has no palm lines to encode."""
+    if float(gray.std()) < MIN_TEXTURE_STD:
         raise NoPalmError("no palm region found: the image is blank or flat; "
                           "give a cropped palm ROI (lines visible)")
-    return roi

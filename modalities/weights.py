@@ -7,7 +7,8 @@
     locate("hf-hub:public-data/insightface/models/buffalo_l", "w600k_r50.onnx")  # a Path or None, no network
 
 `pkg:` and `hf-hub:` name a file somebody publishes; for both, a file of that name already
-placed in the weights folder ($BIOMEM_WEIGHTS, default ./weights) wins. `pkg:` then looks
+placed in the weights folder ($BIOMEM_WEIGHTS, default ./weights) wins (unless `by_name=False`:
+generic names such as timm's config.json and model.safetensors say nothing about whose file it is). `pkg:` then looks
 inside an installed pip package (found with importlib.util.find_spec, never imported);
 `hf-hub:` looks in the Hugging Face cache, then downloads (unless HF_HUB_OFFLINE). A missing
 file is one clear error saying which file, from where, and how to put it in place by hand.
@@ -130,6 +131,12 @@ def split_hub(source: str, filename: str | None = None) -> tuple[str, str]:
     return "/".join(parts[:2]), inner
 
 
+def names_folder(source: str) -> bool:
+    """Whether `source` names a folder of files, not one file: `local-dir:/folder` or a bare `hf-hub:org/repo`."""
+    return source.startswith("local-dir:") or (source.startswith("hf-hub:")
+                                               and source.removeprefix("hf-hub:").strip("/").count("/") == 1)
+
+
 def split_package(source: str, filename: str | None = None) -> tuple[str, str]:
     """("import_name", "path/in/package") of a `pkg:` source."""
     package, _, inner = source.removeprefix("pkg:").strip("/").partition("/")
@@ -140,24 +147,25 @@ def split_package(source: str, filename: str | None = None) -> tuple[str, str]:
 
 
 def locate(source: str, filename: str | None = None, *, sha256: str | None = None,
-           cache_dir: str | os.PathLike | None = None) -> Path | None:
+           cache_dir: str | os.PathLike | None = None, by_name: bool = True) -> Path | None:
     """The file `source` (+ `filename`) names if it is on this machine, found without any network access
-    (None when it is not); a file found that fails its pinned sha256 is a ModelUnavailableError."""
-    for path in _places(source, filename, cache_dir):
+    (None when it is not); a file found that fails its pinned sha256 is a ModelUnavailableError.
+    by_name: whether a file of that name placed in the weights folder counts (not for generic names)."""
+    for path in _places(source, filename, cache_dir, by_name):
         if path.is_file():
             return _checked(path, sha256, source)
     return None
 
 
 def resolve(source: str, filename: str | None = None, *, sha256: str | None = None,
-            cache_dir: str | os.PathLike | None = None) -> Path:
+            cache_dir: str | os.PathLike | None = None, by_name: bool = True) -> Path:
     """Local path of one weight file named by `source` (+ `filename` inside a repo or folder), downloaded
-    from the Hub if it is an `hf-hub:` file found nowhere locally."""
-    found = locate(source, filename, sha256=sha256, cache_dir=cache_dir)
+    from the Hub if it is an `hf-hub:` file found nowhere locally (by_name as in locate)."""
+    found = locate(source, filename, sha256=sha256, cache_dir=cache_dir, by_name=by_name)
     if found is not None:
         return found
     if source.startswith("hf-hub:"):
-        return _download(source, filename, sha256, cache_dir)
+        return _download(source, filename, sha256, cache_dir, by_name)
     if source.startswith("pkg:"):
         package, inner = split_package(source, filename)
         why = "not installed" if not package_dirs(package) else f"installed, but without {inner}"
@@ -168,7 +176,8 @@ def resolve(source: str, filename: str | None = None, *, sha256: str | None = No
                                 f"(source {source!r})")
 
 
-def _places(source: str, filename: str | None, cache_dir: str | os.PathLike | None) -> list[Path]:
+def _places(source: str, filename: str | None, cache_dir: str | os.PathLike | None,
+            by_name: bool = True) -> list[Path]:
     """Where the file `source` names may lie on this machine, in the order they are searched."""
     if source.startswith("local-dir:"):
         folder = Path(source.removeprefix("local-dir:")).expanduser()
@@ -176,13 +185,13 @@ def _places(source: str, filename: str | None, cache_dir: str | os.PathLike | No
     if not source.startswith(("hf-hub:", "pkg:")):
         path = Path(source).expanduser()
         return [path / filename if filename else path]
-    placed = weights_dir() / Path(filename or source.rstrip("/")).name
+    placed = [weights_dir() / Path(filename or source.rstrip("/")).name] if by_name else []
     if source.startswith("pkg:"):
         package, inner = split_package(source, filename)
-        return [placed] + [folder / inner for folder in package_dirs(package)]
+        return placed + [folder / inner for folder in package_dirs(package)]
     repo_id, inner = split_hub(source, filename)
     cached = _hub_cached(repo_id, inner, cache_dir)
-    return [placed] + ([cached] if cached is not None else [])
+    return placed + ([cached] if cached is not None else [])
 
 
 def _hub_cached(repo_id: str, inner: str, cache_dir: str | os.PathLike | None = None) -> Path | None:
@@ -198,21 +207,21 @@ def _hub_cached(repo_id: str, inner: str, cache_dir: str | os.PathLike | None = 
 
 
 def _download(source: str, filename: str | None, sha256: str | None,
-              cache_dir: str | os.PathLike | None) -> Path:
+              cache_dir: str | os.PathLike | None, by_name: bool = True) -> Path:
     repo_id, inner = split_hub(source, filename)
     if hub_offline():
-        raise _missing(repo_id, inner, "offline (HF_HUB_OFFLINE is set)")
+        raise _missing(repo_id, inner, "offline (HF_HUB_OFFLINE is set)", by_name)
     from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
 
     try:  # one request without retries, bounded by HUB_TIMEOUT: an unreachable Hub fails now, not in 24 s
         get_hf_file_metadata(hf_hub_url(repo_id, inner),
                              timeout=float(os.environ.get("HF_HUB_ETAG_TIMEOUT") or HUB_TIMEOUT))
     except Exception as exc:  # httpx's network errors, huggingface_hub's HTTP errors
-        raise _missing(repo_id, inner, f"the Hub did not serve it: {describe(exc)}") from exc
+        raise _missing(repo_id, inner, f"the Hub did not serve it: {describe(exc)}", by_name) from exc
     try:
         path = Path(hf_hub_download(repo_id, inner, cache_dir=cache_dir or hub_cache()))
     except Exception as exc:
-        raise _missing(repo_id, inner, f"download failed: {describe(exc)}") from exc
+        raise _missing(repo_id, inner, f"download failed: {describe(exc)}", by_name) from exc
     return _checked(path, sha256, source)
 
 
@@ -226,8 +235,9 @@ def package_dirs(package: str) -> list[Path]:
     return [Path(folder) for folder in (spec.submodule_search_locations or [])] if spec is not None else []
 
 
-def _missing(repo_id: str, inner: str, why: str) -> ModelUnavailableError:
-    return ModelUnavailableError(
-        f"weight file {inner!r} of Hugging Face repo {repo_id!r} is not available ({why}). "
-        f"Place it by hand at {weights_dir() / Path(inner).name} (from "
-        f"https://huggingface.co/{repo_id}/blob/main/{inner}), or pass a local-dir:/folder source.")
+def _missing(repo_id: str, inner: str, why: str, by_name: bool = True) -> ModelUnavailableError:
+    url = f"https://huggingface.co/{repo_id}/blob/main/{inner}"
+    place = (f"Place it by hand at {weights_dir() / Path(inner).name} (from {url}), or pass" if by_name
+             else f"Download the repository's files (from {url}) into a folder and pass")
+    return ModelUnavailableError(f"weight file {inner!r} of Hugging Face repo {repo_id!r} is not available ({why}). "
+                                 f"{place} a local-dir:/folder source.")
