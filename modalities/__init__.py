@@ -6,11 +6,13 @@
     modalities.availability("face-arcface") # Availability(name, ready, reason, source), nothing loaded
     modalities.availability_all()           # Availability of each, never raising: what a UI may offer
     modalities.create("face-dlib")          # an Encoder, weights loaded
+    modalities.create("timm:hf-hub:org/repo")  # any timm model (modalities.timm_encoder), by its timm name
 
 Third-party encoders join through the entry-point group `biomem.modalities` (the entry
-point names an `Encoder` subclass) or by calling `register(EncoderClass)`. An unknown name
-raises UnknownEncoderError, anything else registered as an encoder PluginError (typed
-errors that are also a KeyError and a TypeError).
+point names an `Encoder` subclass, such as one `declare_timm(name, model, kind=...)` returns)
+or by calling `register(EncoderClass)`. `timm:<model>` names are created on demand and not
+listed by names(). An unknown name raises UnknownEncoderError, anything else registered as an
+encoder PluginError (typed errors that are also a KeyError and a TypeError).
 
 Availability is each class's `Encoder.availability()`: file look-ups and find_spec only, no
 weights loaded and no torch, onnxruntime, dlib or huggingface_hub imported (10-30 ms here once
@@ -24,11 +26,14 @@ ready with the error, not raised.
 from __future__ import annotations
 
 import importlib
+import inspect
 from importlib.metadata import entry_points
 from typing import Any
 
 from .base import Availability, Encoder, EncoderInfo, l2_normalise
 from .errors import PluginError, UnknownEncoderError, describe
+from .timm_encoder import PREFIX as TIMM_PREFIX
+from .timm_encoder import declare_timm, timm_class
 
 ENTRY_POINT_GROUP = "biomem.modalities"
 
@@ -44,10 +49,11 @@ _registered: dict[str, type[Encoder]] = {}
 
 
 def register(encoder_cls: type[Encoder]) -> type[Encoder]:
-    """Add an Encoder subclass under `encoder_cls.info.name`; usable as a class decorator."""
+    """Add an Encoder subclass under `encoder_cls.info.name`; usable as a class decorator. The name is read
+    without evaluating `info`, so a timm configuration's config is not read here."""
     if not (isinstance(encoder_cls, type) and issubclass(encoder_cls, Encoder)):
         raise PluginError("register() takes an Encoder subclass with an `info` attribute")
-    _registered[encoder_cls.info.name] = encoder_cls
+    _registered[inspect.getattr_static(encoder_cls, "info").name] = encoder_cls
     return encoder_cls
 
 
@@ -65,6 +71,8 @@ def _resolve(name: str) -> type[Encoder]:
         return _registered[name]
     if name in _BUILTINS:
         return _load(_BUILTINS[name])
+    if name.startswith(TIMM_PREFIX):
+        return timm_class(name)
     plugins = _plugins()
     if name in plugins:
         cls = plugins[name].load()
@@ -77,6 +85,11 @@ def _resolve(name: str) -> type[Encoder]:
 def names() -> list[str]:
     """Every encoder name the registry can create, sorted."""
     return sorted({*_BUILTINS, *_plugins(), *_registered})
+
+
+def known(name: str) -> bool:
+    """Whether create(name) names an encoder: a registered name or a `timm:<model>` name (not checked further)."""
+    return name.startswith(TIMM_PREFIX) or name in names()
 
 
 def info(name: str) -> EncoderInfo:
@@ -92,7 +105,7 @@ def available() -> list[EncoderInfo]:
 def availability(name: str) -> Availability:
     """Whether encoder `name` can be created here, without loading weights; a plugin that fails to
     import or to check is not ready, with the error as the reason. Unknown names raise UnknownEncoderError."""
-    if name not in names():
+    if not known(name):
         raise UnknownEncoderError(f"unknown encoder {name!r}; available: {', '.join(names())}")
     return _availability(name)
 
@@ -123,7 +136,9 @@ __all__ = [
     "availability_all",
     "available",
     "create",
+    "declare_timm",
     "info",
+    "known",
     "l2_normalise",
     "names",
     "register",

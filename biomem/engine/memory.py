@@ -124,7 +124,7 @@ class BioMemory(Households, Biometrics):
         stored_encoder = self.store.get_meta("default_modality")
         self.modality = encoder or stored_encoder or settings.encoder or DEFAULT_ENCODER
         if stored_encoder is None and (self.modality in self._encoders.encoders
-                                       or self.modality in modalities.names()):
+                                       or modalities.known(self.modality)):
             # A misspelt --encoder must not become the store's encoder for good; an unregistered
             # name (precomputed probes in the evaluation) is used for this session only.
             self.store.set_meta("default_modality", self.modality)
