@@ -14,7 +14,7 @@ class EncoderInfo:
     """Static facts about an encoder, known before any weight is loaded."""
 
     name: str  # registry name, also the `modality` key of templates and probes
-    kind: str  # "face" | "palm" | "other"
+    kind: str  # "face" | "palm" | "iris" | "other"
     dim: int
     default_threshold: float  # cosine τ used until a calibrated one is stored
     threshold_source: str  # where the default τ comes from
