@@ -88,8 +88,11 @@ def names() -> list[str]:
 
 
 def known(name: str) -> bool:
-    """Whether create(name) names an encoder: a registered name or a `timm:<model>` name (not checked further)."""
-    return name.startswith(TIMM_PREFIX) or name in names()
+    """Whether `name` is an encoder to remember: a registered name, or a `timm:<model>` name whose weights are
+    here or can be downloaded now (file look-ups, as availability()), so a misspelt one is not kept."""
+    if name.startswith(TIMM_PREFIX):
+        return _availability(name).ready
+    return name in names()
 
 
 def info(name: str) -> EncoderInfo:
@@ -105,7 +108,7 @@ def available() -> list[EncoderInfo]:
 def availability(name: str) -> Availability:
     """Whether encoder `name` can be created here, without loading weights; a plugin that fails to
     import or to check is not ready, with the error as the reason. Unknown names raise UnknownEncoderError."""
-    if not known(name):
+    if not (name.startswith(TIMM_PREFIX) or name in names()):
         raise UnknownEncoderError(f"unknown encoder {name!r}; available: {', '.join(names())}")
     return _availability(name)
 

@@ -244,7 +244,8 @@ def declare_timm(name: str, model: str, *, weights: str | None = None, kind: str
     spec = TimmSpec(name, model, weights, kind, preprocessing or ("face-align" if kind == "face" else "resize"),
                     threshold, license, description)
     return type(TimmEncoder)(f"TimmEncoder[{name}]", (TimmEncoder,), {
-        "spec": spec, "info": _ConfigInfo(spec), "__doc__": f"{name}: timm {model}, {kind} captures"})
+        "spec": spec, "info": _ConfigInfo(spec), "__module__": __name__,
+        "__doc__": f"{name}: timm {model}, {kind} captures"})
 
 
 _named: dict[str, type[TimmEncoder]] = {}

@@ -202,12 +202,16 @@ def test_palm_configuration_enrols_gates_and_reopens_through_biomemory(trained, 
     reopened.close()
 
 
-def test_a_store_remembers_a_timm_name(trained, tmp_path, text_encoder):
+def test_a_store_remembers_a_timm_name_but_not_a_misspelt_one(trained, tmp_path, text_encoder):
     name = f"timm:local-dir:{trained}"
     BioMemory(tmp_path / "t.db", encoder=name, text_model=text_encoder).close()
     reopened = BioMemory(tmp_path / "t.db", text_model=text_encoder)
     assert reopened.modality == name and reopened.encoder().info.dim == DIM
     reopened.close()
+    BioMemory(tmp_path / "typo.db", encoder=f"{name}-typo", text_model=text_encoder).close()
+    typo = BioMemory(tmp_path / "typo.db", text_model=text_encoder)
+    assert typo.modality != f"{name}-typo"  # used for that session only, as a misspelt registered name is
+    typo.close()
 
 
 def test_calibration_on_a_small_synthetic_set(encoder, tmp_path):
