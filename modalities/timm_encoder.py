@@ -171,7 +171,10 @@ class TimmEncoder(Encoder):
         found, absent = [], []
         for where, files in wanted:
             path = next((p for f in files if (p := locate(where, f, by_name=False)) is not None), None)
-            (found.append(path) if path is not None else absent.append((where, files)))
+            if path is None:
+                absent.append((where, files))
+            else:
+                found.append(path)
         if not absent:
             return Availability(spec.name, True, f"weights found at {found[-1]}", source)
         blocked = next((hub_blocked() for where, _ in absent if where.startswith("hf-hub:")), "not on this machine")
@@ -189,11 +192,10 @@ class TimmEncoder(Encoder):
         spec = self.spec if weights is None else replace(self.spec, weights=weights)
         config, info = describe_spec(spec, cache_dir)
         self.path = _find_checkpoint(_default_weights(spec), cache_dir)
-        self.model = _load_model(config, self.path)
+        self.device = torch.device(device)
+        self.model = _load_model(config, self.path).to(self.device)
         dim = _pooled_dim(self.model)
         self.info = info if dim == info.dim else replace(info, dim=dim)
-        self.device = torch.device(device)
-        self.model = self.model.to(self.device)
         self._transform = _transform(self.info)
         self._faces = ArcFaceSmallEncoder() if spec.preprocessing == "face-align" else None
         self._lock = threading.Lock()
@@ -292,7 +294,7 @@ def _read_config(path: Path, size: int, mtime_ns: int) -> TimmConfig:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ModelUnavailableError(f"{path} is not a readable JSON config: {describe(exc)}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("architecture"), str) \
-            or not isinstance(raw.get("num_features"), int):
+            or not isinstance(raw.get("num_features"), int) or not isinstance(raw.get("pretrained_cfg", {}), dict):
         looks = "; it is a transformers config" if isinstance(raw, dict) and "model_type" in raw else ""
         raise ModelUnavailableError(f"{path} is not timm's config.json (it needs 'architecture' and "
                                     f"'num_features'{looks}): publish the model with timm's push_to_hf_hub or "
@@ -380,8 +382,15 @@ def _load_model(config: TimmConfig, path: Path) -> Any:
         classifier = classifier if isinstance(classifier, str) else classifier[0]
         head = state.get(f"{classifier}.weight")
         num_classes = int(head.shape[0]) if head is not None and head.dim() == 2 else 0
+    if not timm.is_model(config.architecture):
+        raise ModelUnavailableError(f"the model's config names the architecture {config.architecture!r}, which timm "
+                                    f"{timm.__version__} does not know: upgrade timm")
     arguments = {key: value for key, value in config.model_args.items() if key != "num_classes"}
-    model = timm.create_model(config.architecture, pretrained=False, num_classes=num_classes, **arguments)
+    try:
+        model = timm.create_model(config.architecture, pretrained=False, num_classes=num_classes, **arguments)
+    except (TypeError, ValueError, RuntimeError) as exc:  # model_args the architecture does not take
+        raise ModelUnavailableError(f"timm cannot build {config.architecture} with the config's model_args "
+                                    f"{arguments}: {describe(exc)}") from None
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:

@@ -155,6 +155,10 @@ def test_bad_models_configs_checkpoints_and_probes_are_refused(encoder, trained,
     (not_timm / "config.json").write_text('{"architectures": ["BertModel"], "model_type": "bert"}')
     with pytest.raises(ModelUnavailableError, match="not timm's config.json.*transformers"):
         modalities.create(f"timm:local-dir:{not_timm}")
+    (not_timm / "config.json").write_text('{"architecture": "resnet_from_the_future", "num_features": 8}')
+    torch.save({}, not_timm / "pytorch_model.bin")
+    with pytest.raises(ModelUnavailableError, match="resnet_from_the_future.*upgrade timm"):
+        modalities.create(f"timm:local-dir:{not_timm}")
     other_net = tmp_path / "other"  # test_vit's config with test_resnet's weights
     other_net.mkdir()
     shutil.copy(trained / "config.json", other_net / "config.json")
