@@ -9,12 +9,15 @@ different synthetic palms score 0.59-0.9997), so the gate test probes with the e
 
 from __future__ import annotations
 
+import base64
+import io
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import timm
@@ -25,6 +28,7 @@ from timm.models import save_for_hf
 import modalities
 from biomem import BioMemory
 from biomem.identity.calibrate import calibrate_folder
+from biomem.server import create_app, served
 from modalities.errors import (
     InvalidImageError,
     InvalidInputError,
@@ -204,6 +208,34 @@ def test_palm_configuration_enrols_gates_and_reopens_through_biomemory(trained, 
     assert reopened.modality == "palm-timm-test" and reopened.encoder().info.kind == "palm"
     assert reopened.identify(captures["alice"]).admitted == [alice.id]
     reopened.close()
+
+
+def test_rest_takes_a_timm_modality_and_refuses_one_the_store_never_enrolled(trained, tmp_path, clean_registry,
+                                                                            text_encoder):
+    modalities.register(declare_timm("palm-timm-test", f"local-dir:{trained}", kind="palm"))
+    mem = BioMemory(tmp_path / "r.db", encoder="palm-timm-test", text_model=text_encoder, limits="off")
+    mem.set_threshold(0.99999)  # random weights: only a capture's own template scores above this
+    mem.set_margin(0.0)
+    alice = mem.enroll("alice", [palm_capture(1, 0)])
+    mem.add("My PIN is 1234", identity=alice.id)
+
+    def probe(image: np.ndarray, modality: str) -> dict:
+        buffer = io.BytesIO()
+        Image.fromarray(image).save(buffer, format="PNG")
+        return {"data": base64.b64encode(buffer.getvalue()).decode(), "mime_type": "image/png", "modality": modality}
+
+    with served(create_app(mem, ui=False, mcp=False)) as url:
+        found = httpx.post(f"{url}/v1/search", json={"query": "PIN", "probe": probe(palm_capture(1, 0),
+                                                                                     "palm-timm-test")})
+        assert [note["content"] for note in found.json()["results"]] == ["My PIN is 1234"]
+        stranger = httpx.post(f"{url}/v1/search", json={"query": "PIN", "probe": probe(palm_capture(2, 0),
+                                                                                        "palm-timm-test")})
+        assert stranger.status_code == 200 and stranger.json()["results"] == []
+        elsewhere = httpx.post(f"{url}/v1/search", json={"query": "PIN", "probe": probe(palm_capture(1, 0),
+                                                                                         "timm:hf-hub:evil/net")})
+        assert elsewhere.status_code == 422 and elsewhere.json()["error"]["type"] == "ModalityMismatchError"
+    assert "timm:hf-hub:evil/net" not in mem._encoders.encoders  # refused before any encoder was made
+    mem.close()
 
 
 def test_a_store_remembers_a_timm_name_but_not_a_misspelt_one(trained, tmp_path, text_encoder):
