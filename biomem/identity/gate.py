@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import InvalidInputError, ModalityMismatchError
 from ..stores import MemoryStore
 from ..vocabulary import FUSIONS, POLICIES
-from .candidates import CANDIDATE_CELLS, STRONG, WIDEN, CandidateIndexes, K, Templates
+from .candidates import CANDIDATE_CELLS, K_REST, STRONG, WIDEN, CandidateIndexes, K, Templates
 
 # δ per encoder until a calibrated one is stored (Biometrics.margin), from `calibrate_samples` (docs/gate.md):
 # face-arcface-s: τ 0.4291 minus the runner-up score 99% of its genuine probes stay under (0.247), rounded down;
@@ -242,7 +242,7 @@ class Gate:
         everything else the probe resembles (biomem.identity.candidates). So the candidate path only admits,
         and only a strong match: the best identity clears τ by δ and by STRONG, so the decision reads nothing
         below τ. It asks for the K templates nearest the probe (K × WIDEN once when the K-th still scores τ or
-        more), and for the K nearest the probe's part orthogonal to its best template (a second person blended
+        more), and for the K_REST nearest the probe's part orthogonal to its best template (a second person blended
         into the probe is near that part); every template of each identity they name is scored exactly and
         the decision is made on those scores. When it admits, the result lists every identity it found, all
         at or above τ among them (floor τ). A probe that matches nobody, only weakly, or ambiguously is left to
@@ -274,7 +274,7 @@ class Gate:
         norm = float(np.linalg.norm(rest))
         groups, best = found.groups, found.best
         if norm > 1e-6:
-            other = index.query(rest / np.float32(norm), K, templates, probe=vector)
+            other = index.query(rest / np.float32(norm), K_REST, templates, probe=vector)
             if other is None:
                 self.paths["scan: index busy"] += 1
                 return None

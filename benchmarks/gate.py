@@ -1,0 +1,288 @@
+"""The gate as identities grow: the exact scan against the candidate path (issue 28).
+
+    HF_HUB_OFFLINE=1 python benchmarks/gate.py                       # the ladder below, ~1-2 h on 2 shared cores
+    HF_HUB_OFFLINE=1 python benchmarks/gate.py --ladder 10000:5:512 --probes 500 --skip-crossover   # minutes
+
+Each rung PEOPLE:CAPTURES:DIM (default 10000:1:128, the shape measured before issue 28, then 10000:1:512,
+10000:5:512, 100000:1:512, 100000:5:512) enrols synthetic face-like templates (biomem.identity.candidates.
+SyntheticFaces: people spread with a common direction and a low-rank part, captures clustered around each
+person) and probes them through `Gate.decide` (biomem.identity.gate), interleaved in rotating order:
+
+- "exact": no floor, the scan of every template (what fusion, enrolment checks and the demo disclosure use);
+- "candidates": with a floor, what `identify` passes: the candidate path admits a strong match (the best
+  identity τ + STRONG, 0.30, or more) and leaves everything else, every refusal among it, to the scan. The floor's value
+  (τ without attempt limits, τ − 0.0709 with them) does not change the path: a refusal is always the scan's.
+- "product": the scan's product alone (`cosines`, one pass over the template matrix): the floor of any decision
+  that reads every template, which an exact refusal must (a candidate index proves nothing about the templates
+  it did not return, biomem.identity.candidates); the matrix's size over it is the memory bandwidth it gets.
+
+Probes: half genuine (a fresh capture of an enrolled person), half strangers (a capture of someone not
+enrolled); their scores are printed beside face-arcface-s's on the offline sample faces (calibrate_samples,
+~25 s; --skip-calibration to leave it out). τ 0.4291, δ 0.18: face-arcface-s's calibrated values. Every decision
+of the candidate path is compared with the exact scan's of the same probe (admitted set, identity, ambiguous
+flag, and every identity at or above the result's floor with its exact score, bit for bit): mismatches must be 0.
+Per rung also: the index build (one thread, the gate's BUILD_THREADS, and the hnswlib index size), an
+incremental update after one enrolment and one forgetting, and the template matrix's size.
+
+--crossover (on by default; --skip-crossover) times the exact scan and the candidate path on genuine probes over
+1,000..40,000 templates × 128 and 512 dimensions: where the candidate path starts to win, CANDIDATE_CELLS.
+--restart times an SQLite store's templates() (every sealed template opened) at the 10000:5:512 enrolment, the
+part of a restart the index build comes after.
+
+Prints markdown tables and writes JSON (default benchmarks/results/gate.json) with the machine block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
+
+from biomem.identity import candidates  # noqa: E402
+from biomem.identity.candidates import ArrayTemplates, CandidateIndex, SyntheticFaces, cosines  # noqa: E402
+from biomem.identity.gate import DEFAULT_MARGINS, Gate, GateResult, Probe  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TAU = 0.4291  # face-arcface-s's calibrated τ (docs/gate.md)
+DELTA = DEFAULT_MARGINS["face-arcface-s"]
+BAND = 0.50 - TAU  # near 1.0 × (step-up τ 0.50 − τ)
+MODALITY = "face-synthetic"
+DEFAULT_LADDER = "10000:1:128,10000:1:512,10000:5:512,100000:1:512,100000:5:512"
+PATHS = {"exact": None, "candidates": TAU}
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def ms(values: list[float], q: float) -> float:
+    return round(float(np.percentile(values, q)) * 1e3, 3) if values else float("nan")
+
+
+def differs(found: GateResult, exact: GateResult) -> bool:
+    """Whether a decision differs from the exact scan's: decision, or any identity at or above its floor."""
+    if (found.admitted, found.identity, found.ambiguous) != (exact.admitted, exact.identity, exact.ambiguous):
+        return True
+    listed = dict(zip(found.identity_ids.tolist(), found.best_scores.tolist()))
+    above = exact.best_scores >= found.floor
+    return any(listed.get(i) != s for i, s in zip(exact.identity_ids[above].tolist(),
+                                                 exact.best_scores[above].tolist()))
+
+
+def score_percentiles(scores: np.ndarray) -> list[float]:
+    return [round(float(x), 3) for x in np.percentile(scores, [1, 5, 25, 50, 75, 95, 99])]
+
+
+def rung(people: int, captures: int, dim: int, probes: int, seed: int) -> dict[str, Any]:
+    say(f"rung {people:,} x {captures} x {dim}: enrolling")
+    faces = SyntheticFaces(dim=dim, seed=seed)
+    ids, matrix, centres = faces.gallery(people, captures)
+    store = ArrayTemplates(ids, matrix, MODALITY)
+    gate = Gate(store, background=False)
+    templates = gate._templates(MODALITY)
+    say(f"building the index over {len(ids):,} templates")
+    started = time.perf_counter()
+    index = gate.candidates.get(MODALITY, templates)
+    build = time.perf_counter() - started
+    assert index is not None, "the rung is below CANDIDATE_CELLS"
+    rng = np.random.default_rng(seed + 1)
+    half = probes // 2
+    kinds = {"genuine": faces.captures(centres[rng.integers(0, people, half)]),
+             "stranger": faces.captures(faces.centres(probes - half))}
+    order = [*PATHS, "product"]  # the scan's product alone: one pass over every template, what no refusal avoids
+    times: dict[str, dict[str, list[float]]] = {k: {p: [] for p in order} for k in kinds}
+    mismatches = {p: 0 for p in PATHS if p != "exact"}
+    scores = {k: [] for k in kinds}
+    served = {k: {p: 0 for p in PATHS if p != "exact"} for k in kinds}
+    for kind, batch in kinds.items():
+        for i, vector in enumerate(batch):
+            probe = Probe(vector, MODALITY)
+            if i < 20:  # warm-up, untimed
+                for floor in PATHS.values():
+                    gate.decide(probe, TAU, "best", DELTA, floor)
+            decided: dict[str, GateResult] = {}
+            for name in order[i % 3:] + order[:i % 3]:
+                before = gate.paths["candidates"]
+                started = time.perf_counter()
+                if name == "product":
+                    cosines(templates.matrix, vector)
+                else:
+                    decided[name] = gate.decide(probe, TAU, "best", DELTA, PATHS[name])
+                times[kind][name].append(time.perf_counter() - started)
+                if name == "candidates":
+                    served[kind][name] += gate.paths["candidates"] - before
+            exact = decided["exact"]
+            scores[kind].append(float(exact.best_scores.max()))
+            for name in mismatches:
+                mismatches[name] += differs(decided[name], exact)
+    say("incremental updates")
+    store.enrol(people + 1, faces.captures(np.repeat(faces.centres(1), captures, axis=0)))
+    started = time.perf_counter()
+    updated = index.update(gate._templates(MODALITY))
+    enrol = time.perf_counter() - started
+    store.forget(1)
+    started = time.perf_counter()
+    updated &= index.update(gate._templates(MODALITY))
+    forget = time.perf_counter() - started
+    row: dict[str, Any] = {
+        "people": people, "captures": captures, "dim": dim, "templates": len(ids), "probes": probes,
+        "build_s": round(build, 2), "build_threads": candidates.BUILD_THREADS,
+        "index_mb": round(index._hnsw.index_file_size() / 2 ** 20, 1),
+        "matrix_mb": round(matrix.nbytes / 2 ** 20, 1), "incremental": bool(updated),
+        "update_after_enrolment_s": round(enrol, 3), "update_after_forgetting_s": round(forget, 3),
+        "best_score_percentiles": {k: score_percentiles(np.array(v)) for k, v in scores.items()},
+        "mismatches": mismatches, "served_by_candidates": served,
+        "latency_ms": {k: {p: {"p50": ms(v, 50), "p95": ms(v, 95)} for p, v in t.items()} for k, t in times.items()},
+        "paths": dict(gate.paths),
+    }
+    say(f"rung done: build {build:.1f} s, mismatches {mismatches}")
+    return row
+
+
+def crossover(seed: int, probes: int) -> list[dict[str, Any]]:
+    """Exact scan against the candidate path on genuine probes, from 1,000 to 40,000 templates."""
+    rows = []
+    for dim in (128, 512):
+        for n in (1_000, 2_000, 4_000, 8_000, 16_000, 40_000):
+            faces = SyntheticFaces(dim=dim, seed=seed)
+            ids, matrix, centres = faces.gallery(n, 1)
+            templates = Gate(ArrayTemplates(ids, matrix, MODALITY), background=False)._templates(MODALITY)
+            index = CandidateIndex(templates, threads=2)
+            gate = Gate(ArrayTemplates(ids, matrix, MODALITY))
+            gate._cache[MODALITY] = templates
+            gate.candidates._indexes[MODALITY] = index
+            batch = faces.captures(centres[np.random.default_rng(seed).integers(0, n, probes)])
+            exact, cand = [], []
+            for i, vector in enumerate(batch):
+                probe = Probe(vector, MODALITY)
+                for name in (("exact", "cand") if i % 2 else ("cand", "exact")):
+                    started = time.perf_counter()
+                    if name == "exact":
+                        gate.decide(probe, TAU, "best", DELTA)
+                        exact.append(time.perf_counter() - started)
+                    else:
+                        gate._candidates(probe, templates, TAU, "best", DELTA)
+                        cand.append(time.perf_counter() - started)
+            rows.append({"templates": n, "dim": dim, "cells": n * dim, "exact_p50_ms": ms(exact[10:], 50),
+                         "candidates_p50_ms": ms(cand[10:], 50)})
+            say(f"crossover {n:,} x {dim}: exact {rows[-1]['exact_p50_ms']} ms, "
+                f"candidates {rows[-1]['candidates_p50_ms']} ms")
+    return rows
+
+
+def restart(seed: int) -> dict[str, Any]:
+    """An SQLite store's templates() at 10,000 people x 5 captures x 512: every sealed template opened."""
+    os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="biomem-gate-config-")
+    for name in ("BIOMEM_KEY", "BIOMEM_KEY_FILE"):
+        os.environ.pop(name, None)
+    from biomem.stores import open_store
+
+    ids, matrix, _ = SyntheticFaces(dim=512, seed=seed).gallery(10_000, 5)
+    with tempfile.TemporaryDirectory(prefix="biomem-gate-") as work:
+        store = open_store(Path(work) / "gate.db")
+        with store.transaction():
+            for person in range(10_000):
+                store.add_identity(f"person-{person:05d}", MODALITY, matrix[person * 5:(person + 1) * 5])
+        started = time.perf_counter()
+        loaded_ids, loaded = store.templates(MODALITY)
+        seconds = time.perf_counter() - started
+        store.close()
+    assert len(loaded_ids) == len(ids)
+    return {"templates": len(ids), "templates_s": round(seconds, 2),
+            "per_template_us": round(seconds / len(ids) * 1e6, 1)}
+
+
+def calibration_scores() -> dict[str, list[float]] | None:
+    try:
+        from biomem.identity.calibrate import calibrate_samples
+
+        report = calibrate_samples("face-arcface-s")
+    except Exception as error:  # no sample faces or weights offline: the synthetic scores stand alone
+        say(f"calibration skipped: {error}")
+        return None
+    return {"genuine": score_percentiles(np.asarray(report.genuine_scores)),
+            "impostor": score_percentiles(np.asarray(report.impostor_scores)),
+            "impostor_mean_std": [round(float(np.mean(report.impostor_scores)), 4),
+                                  round(float(np.std(report.impostor_scores)), 4)]}
+
+
+def synthetic_scores(seed: int) -> dict[str, Any]:
+    faces = SyntheticFaces(seed=seed)
+    centres = faces.centres(2_000)
+    a, b = faces.captures(centres), faces.captures(centres)
+    impostor = (a[:1000] @ b[1000:].T).ravel()
+    return {"genuine": score_percentiles(np.sum(a * b, axis=1)), "impostor": score_percentiles(impostor),
+            "impostor_mean_std": [round(float(impostor.mean()), 4), round(float(impostor.std()), 4)]}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| people × captures × dim | probes | exact p50 / p95 | candidates p50 / p95 | exact / candidates p50 | "
+             "product p50 (matrix) | served by candidates | mismatches | build (1 thread) | index |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        for kind in ("genuine", "stranger"):
+            lat = r["latency_ms"][kind]
+            served = r["served_by_candidates"][kind]["candidates"] / (r["probes"] // 2)
+            lines.append(
+                f"| {r['people']:,} × {r['captures']} × {r['dim']}, {kind} | {r['probes'] // 2:,} | "
+                f"{lat['exact']['p50']} / {lat['exact']['p95']} ms | "
+                f"{lat['candidates']['p50']} / {lat['candidates']['p95']} ms | "
+                f"{lat['exact']['p50'] / lat['candidates']['p50']:.1f}x | "
+                f"{lat['product']['p50']} ms ({r['matrix_mb']} MB) | "
+                f"{served:.0%} | {sum(r['mismatches'].values())} | {r['build_s']} s | {r['index_mb']} MB |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ladder", default=DEFAULT_LADDER, help="PEOPLE:CAPTURES:DIM,... (default %(default)s)")
+    ap.add_argument("--probes", type=int, default=2_000, help="probes per rung, half genuine (default %(default)s)")
+    ap.add_argument("--seed", type=int, default=28)
+    ap.add_argument("--skip-crossover", action="store_true")
+    ap.add_argument("--skip-calibration", action="store_true")
+    ap.add_argument("--restart", action="store_true", help="time an SQLite store's templates() at 10000:5:512")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gate.json")
+    args = ap.parse_args(argv)
+    started = time.time()
+    results: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info("hnswlib"),
+        "command": "python benchmarks/gate.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "tau": TAU, "delta": DELTA, "band": round(BAND, 4),
+        "index": {"M": candidates.M, "ef_construction": candidates.EF_CONSTRUCTION, "k": candidates.K,
+                  "widen": candidates.WIDEN, "k_rest": candidates.K_REST, "ef_query": candidates.EF_QUERY,
+                  "strong": candidates.STRONG, "candidate_cells": candidates.CANDIDATE_CELLS},
+        "scores": {"synthetic": synthetic_scores(args.seed),
+                   "face-arcface-s samples": None if args.skip_calibration else calibration_scores()},
+    }
+    results["rungs"] = [rung(*map(int, spec.split(":")), args.probes, args.seed)
+                        for spec in args.ladder.split(",") if spec]
+    if not args.skip_crossover:
+        results["crossover"] = crossover(args.seed, 200)
+    if args.restart:
+        results["restart"] = restart(args.seed)
+    results["wall_s"] = round(time.time() - started)
+    print(table(results["rungs"]))
+    if "crossover" in results:
+        print("\n| templates × dim | exact p50 | candidates p50 |\n|---|---|---|")
+        for r in results["crossover"]:
+            print(f"| {r['templates']:,} × {r['dim']} | {r['exact_p50_ms']} ms | {r['candidates_p50_ms']} ms |")
+    print(f"\nscores: {json.dumps(results['scores'])}")
+    print(f"wall time {results['wall_s']} s; JSON: {args.out}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2, default=float) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
