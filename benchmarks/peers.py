@@ -27,6 +27,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -86,6 +87,14 @@ def reset_peak() -> None:
         refs.write("5")
 
 
+class LoadStopped(Exception):
+    """A peer's load ran past --load-budget: how many notes it had loaded."""
+
+    def __init__(self, loaded: int) -> None:
+        super().__init__(f"stopped after {loaded:,} notes")
+        self.loaded = loaded
+
+
 class System:
     """One memory system under test: load the data set, search one user's notes, answer the safety calls."""
 
@@ -96,6 +105,12 @@ class System:
         self.root, self.embed = root, embed
         self.path = root / self.name
         self.row_of: dict[Any, int] = {}  # the system's note id -> data set row
+        self.deadline = float("inf")  # time.perf_counter() past which load() stops (--load-budget)
+
+    def check(self, loaded: int) -> None:
+        """Stop the load (LoadStopped) once past the deadline."""
+        if time.perf_counter() > self.deadline:
+            raise LoadStopped(loaded)
 
     def load(self, data: SyntheticStore) -> None:
         raise NotImplementedError
@@ -196,6 +211,7 @@ class Mem0(System):
         for j in range(data.n_ids):
             sl = data.owner_slice(j)
             for row, note in zip(range(sl.start, sl.stop), data.notes_for(j)):
+                self.check(row)
                 self.cache[note["content"]] = data.embeddings[row].tolist()
                 added = self.memory.add(note["content"], user_id=user(j), infer=False)
                 self.row_of[added["results"][0]["id"]] = row
@@ -250,6 +266,7 @@ class Chroma(System):
         owner = np.repeat(np.arange(data.n_ids), data.counts)
         texts = [n["content"] for j in range(data.n_ids) for n in data.notes_for(j)]
         for start in range(0, data.n_notes, batch):
+            self.check(start)
             rows = range(start, min(start + batch, data.n_notes))
             self.notes.add(ids=[f"n{r}" for r in rows], embeddings=data.embeddings[start:rows.stop],
                            documents=[texts[r] for r in rows], metadatas=[{"user_id": user(owner[r])} for r in rows])
@@ -295,6 +312,7 @@ class Lance(System):
         texts = [n["content"] for j in range(data.n_ids) for n in data.notes_for(j)]
         self.table = None
         for start in range(0, data.n_notes, BATCH * 10):
+            self.check(start)
             stop = min(start + BATCH * 10, data.n_notes)
             batch = pa.table({"id": pa.array(np.arange(start, stop)), "user_id": [user(o) for o in owner[start:stop]],
                               "text": texts[start:stop],
@@ -313,7 +331,7 @@ class Lance(System):
         q = self.table.search(vector).distance_type("cosine")
         if where is not None:
             q = q.where(where, prefilter=True)
-        return q.limit(K).select(["id", "text"]).to_arrow()["id"].to_pylist()
+        return q.limit(K).select(["id", "text", "_distance"]).to_arrow()["id"].to_pylist()
 
     def find(self, vector: np.ndarray, user_id: str) -> list[Any]:
         return self.query(vector, f"user_id = '{user_id}'")
@@ -368,6 +386,8 @@ class PgVector(System):
                 "COPY items (id, user_id, content, embedding) FROM STDIN WITH (FORMAT BINARY)") as copy:
             copy.set_types(["int8", "text", "text", "vector"])
             for r in range(data.n_notes):
+                if r % BATCH == 0:
+                    self.check(r)
                 copy.write_row((r, user(owner[r]), texts[r], data.embeddings[r]))
         c.execute("CREATE INDEX ON items (user_id)")
         for name, value in index_build_settings(data.n_notes).items():
@@ -383,8 +403,8 @@ class PgVector(System):
             (user_id, vector)).fetchall()]
 
     def plan(self, vector: np.ndarray, j: int) -> str:
-        """EXPLAIN of the search: which index the planner picked."""
-        return "\n".join(r[0] for r in self.conn.execute(
+        """EXPLAIN of the search (the query vector elided): which index the planner picked."""
+        return "\n".join(re.sub(r"'\[[^\]]*\]'", "'[...]'", r[0]) for r in self.conn.execute(
             "EXPLAIN SELECT id, content FROM items WHERE user_id = %s ORDER BY embedding <=> %s LIMIT 10",
             (user(j), vector)).fetchall())
 
@@ -434,6 +454,7 @@ class Qdrant(System):
         owner = np.repeat(np.arange(data.n_ids), data.counts)
         texts = [n["content"] for j in range(data.n_ids) for n in data.notes_for(j)]
         for start in range(0, data.n_notes, BATCH):
+            self.check(start)
             rows = range(start, min(start + BATCH, data.n_notes))
             self.client.upsert("notes", points=self.models.Batch(
                 ids=list(rows), vectors=data.embeddings[start:rows.stop].tolist(),
@@ -547,7 +568,8 @@ def make_peer(name: str, root: Path, embed: Callable[[str], np.ndarray], server:
 
 
 def run_rung(n_notes: int, n_ids: int, *, peers: list[str], shape: Shape, model: ScoreModel | None,
-             encoder: TextEncoder, queries: int, seed: int, workdir: Path | None, server: Any) -> dict[str, Any]:
+             encoder: TextEncoder, queries: int, seed: int, workdir: Path | None, server: Any,
+             load_budget: float) -> dict[str, Any]:
     """Load one data set into every system, time their searches interleaved, then run the safety calls."""
     root = Path(tempfile.mkdtemp(prefix=f"biomem-peers-{n_notes}-{n_ids}-", dir=workdir))
     log(f"rung {n_notes:,} notes / {n_ids:,} people in {root}")
@@ -555,7 +577,8 @@ def run_rung(n_notes: int, n_ids: int, *, peers: list[str], shape: Shape, model:
 
     st = SentenceTransformer(str(shipped_minilm_dir()), device="cpu")
     embed = lambda text: st.encode(text, normalize_embeddings=True, convert_to_numpy=True)  # noqa: E731
-    out: dict[str, Any] = {"notes": n_notes, "people": n_ids, "shape": str(shape), "systems": {}, "skipped": {}}
+    out: dict[str, Any] = {"notes": n_notes, "people": n_ids, "shape": str(shape), "systems": {}, "skipped": {},
+                           "stopped": {}}
     rng = np.random.default_rng(seed + 11)
     gallery_rng = np.random.default_rng(seed + 12)
     fixed: dict[int, np.ndarray] = {}
@@ -593,7 +616,17 @@ def run_rung(n_notes: int, n_ids: int, *, peers: list[str], shape: Shape, model:
             out["skipped"][name] = DISTRIBUTION[name]
             continue
         t0 = time.perf_counter()
-        peer.load(data)
+        peer.deadline = t0 + load_budget
+        try:
+            peer.load(data)
+        except LoadStopped as stop:
+            seconds = time.perf_counter() - t0
+            print(f"{name}: stopped, loaded {stop.loaded:,} of {n_notes:,} notes in {seconds:,.0f} s "
+                  f"({stop.loaded / seconds:,.1f} notes/s) and ran past --load-budget {load_budget:g} s: "
+                  "not searched on this rung", flush=True)
+            out["stopped"][name] = {"loaded": stop.loaded, "seconds": seconds, "budget_s": load_budget}
+            peer.close()
+            continue
         loads[name] = {"s": time.perf_counter() - t0, "peak_mb": status_mb("VmHWM") - before}
         systems[name] = peer
         log(f"  {name}: loaded in {loads[name]['s']:.1f} s ({n_notes / loads[name]['s']:,.0f} notes/s)")
@@ -661,6 +694,8 @@ def report(results: dict[str, Any]) -> str:
                          f"{s['search_with_embedding']['p50_ms']:.2f} / {s['search_with_embedding']['p95_ms']:.2f} | "
                          f"{s['recall_at_10']:.3f} ({s['recall_at_10_min']:.1f}) |")
         lines += [f"\n{name}: skipped, {dist} is not installed" for name, dist in rung["skipped"].items()]
+        lines += [f"\n{name}: stopped after {s['loaded']:,} notes in {s['seconds']:,.0f} s (--load-budget "
+                  f"{s['budget_s']:g} s), not searched" for name, s in rung["stopped"].items()]
     if results["rungs"]:
         safety = results["rungs"][-1]["safety"]
         lines += ["\n### Another user's memory, through each public API\n",
@@ -686,6 +721,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", default=DEFAULT_SHAPE, help=f"CAPTURESxDIM of the templates (default {DEFAULT_SHAPE})")
     ap.add_argument("--no-postgres", action="store_true", help="no embedded PostgreSQL: no pgvector, no "
                                                                  "Bio-Memory on PostgreSQL")
+    ap.add_argument("--load-budget", type=float, default=3600.0,
+                    help="seconds a peer may take to load a rung; past them it stops, says how far it got, and "
+                         "is not searched on that rung (default 3600)")
     ap.add_argument("--workdir", type=Path, default=None, help="where the stores go (default $TMPDIR)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "peers.json")
@@ -711,7 +749,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for n_notes, n_ids in rungs:
             results["rungs"].append(run_rung(n_notes, n_ids, peers=peers, shape=shape, model=model, encoder=encoder,
-                                             queries=queries, seed=args.seed, workdir=args.workdir, server=server))
+                                             queries=queries, seed=args.seed, workdir=args.workdir, server=server,
+                                             load_budget=args.load_budget))
     finally:
         if server is not None:
             results["postgresql"] = server.version
