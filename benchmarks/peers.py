@@ -371,6 +371,7 @@ class PgVector(System):
         url = server.database(self.db)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        self.settings = f"{PgVector.settings}; pgvector {server.pgvector(url)}"
         self.conn = psycopg.connect(url, autocommit=True)
         register_vector(self.conn)
 
