@@ -588,6 +588,7 @@ def run_rung(n_notes: int, n_ids: int, *, peers: list[str], shape: Shape, model:
     rss0 = rss_mb()
     data = SyntheticStore(root / "biomem.db", n_notes, n_ids, seed, shape, model)
     arrays_mb = (data.embeddings.nbytes + data.note_biometrics.nbytes) / 1e6
+    data.note_biometrics = np.empty(0)  # the paper baseline's N x template matrix: not used here (2 GB at 1M notes)
     probes = lambda j: fixed.setdefault(j, data.gallery.genuine(gallery_rng, j))  # noqa: E731
     systems: dict[str, System] = {}
     loads: dict[str, dict[str, float]] = {}
