@@ -46,9 +46,9 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 # From how many template cells (templates × dimension) of one modality the gate takes the candidate path.
-# benchmarks/gate.py --crossover (docs/speed.md, 2 shared cores): the exact scan of 10,000 × 512 took 0.67 ms
-# against 0.26 ms for the candidate path, 2,000 × 512 0.10 ms against 0.17 ms; they cross near 4,000 × 512
-# cells. Set at twice that, so a store near the crossover keeps the exact scan and no index to build.
+# benchmarks/gate.py's crossover (docs/speed.md, 2 shared cores, genuine probes, M 32): the exact scan of
+# 4,000 × 512 took 0.59 ms against 1.14 ms for the candidate path, 8,000 × 512 1.69 against 1.65, 16,000 × 512
+# 3.28 against 2.12; they cross near 8,000 × 512 = 4,096,000 cells, where the switch is. Below it, no index.
 CANDIDATE_CELLS = 4_096_000
 # The candidate path decides only a probe whose best identity clears τ by δ and by STRONG (a cosine gap), one
 # near an enrolled template, where the graph is dense. With 0.18 (face-arcface-s's δ) the proof test's 100,000
