@@ -92,6 +92,37 @@ def test_ask_can_retrieve_with_another_query_than_the_question_and_the_gate_stil
     assert stranger.notes == [] and stranger.text == NO_MEMORY_ANSWER
 
 
+def test_the_question_embeds_while_the_probe_encodes_and_a_bad_one_costs_no_encoding(family, capture, monkeypatch):
+    """ask and search embed a text query beside the probe's encoding: here the text encoder waits until the face
+    encoder has begun, which a question embedded before the probe would wait for in vain."""
+    mem, alice, _ = family
+    face = mem._encoders.encoders[mem.modality]
+    encode_probe, embed_text = face.capture, mem.text.encode_one
+    probing = threading.Event()
+
+    def capture_probe(*args, **kwargs):
+        probing.set()
+        return encode_probe(*args, **kwargs)
+
+    def embed(text):
+        assert probing.wait(30), "the question was embedded before the probe's encoding began"
+        return embed_text(text)
+
+    monkeypatch.setattr(face, "capture", capture_probe)
+    monkeypatch.setattr(mem.text, "encode_one", embed)
+    answer = mem.ask("What is my PIN?", probe=capture(ALICE, 2), query="beagle puppy Rex")
+    assert answer.gate.identity == alice.id and answer.notes[0][0].content == "I adopted a beagle puppy called Rex"
+    probing.clear()
+    assert mem.search("PIN", probe=capture(ALICE, 3)).notes[0][0].content == "My PIN is 1234"
+    probing.clear()
+    for bad in ("", "x" * 100_000):
+        with pytest.raises(InvalidInputError):
+            mem.ask(bad, probe=capture(ALICE, 2))
+        with pytest.raises(InvalidInputError):
+            mem.search(bad, probe=capture(ALICE, 2))
+    assert not probing.is_set()  # refused before any probe was encoded
+
+
 def test_results_convert_to_mem0_style_dicts(family, capture):
     mem, alice, _ = family
     data = mem.search("PIN", probe=capture(ALICE, 2)).as_dict()
