@@ -12,6 +12,8 @@ person) and probes them through `Gate.decide` (biomem.identity.gate), interleave
 - "candidates": with a floor, what `identify` passes: the candidate path admits a strong match (the best
   identity τ + STRONG, 0.30, or more) and leaves everything else, every refusal among it, to the scan. The floor's value
   (τ without attempt limits, τ − 0.0709 with them) does not change the path: a refusal is always the scan's.
+- "graph": the candidate index's two hnswlib queries alone (the K and K_REST nearest templates, both asked with
+  the probe): the floor of any decision the candidate path makes;
 - "product": the scan's product alone (`cosines`, one pass over the template matrix): the floor of any decision
   that reads every template, which an exact refusal must (a candidate index proves nothing about the templates
   it did not return, biomem.identity.candidates); the matrix's size over it is the memory bandwidth it gets.
@@ -100,7 +102,9 @@ def rung(people: int, captures: int, dim: int, probes: int, seed: int) -> dict[s
     half = probes // 2
     kinds = {"genuine": faces.captures(centres[rng.integers(0, people, half)]),
              "stranger": faces.captures(faces.centres(probes - half))}
-    order = [*PATHS, "product"]  # the scan's product alone: one pass over every template, what no refusal avoids
+    # the scan's product alone: one pass over every template, what no refusal avoids; and the index's two hnswlib
+    # queries alone (K and K_REST nearest, both asked with the probe here), what no candidate decision avoids
+    order = [*PATHS, "product", "graph"]
     times: dict[str, dict[str, list[float]]] = {k: {p: [] for p in order} for k in kinds}
     mismatches = {p: 0 for p in PATHS if p != "exact"}
     scores = {k: [] for k in kinds}
@@ -112,11 +116,14 @@ def rung(people: int, captures: int, dim: int, probes: int, seed: int) -> dict[s
                 for floor in PATHS.values():
                     gate.decide(probe, TAU, "best", DELTA, floor)
             decided: dict[str, GateResult] = {}
-            for name in order[i % 3:] + order[:i % 3]:
+            for name in order[i % 4:] + order[:i % 4]:
                 before = gate.paths["candidates"]
                 started = time.perf_counter()
                 if name == "product":
                     cosines(templates.matrix, vector)
+                elif name == "graph":
+                    index._hnsw.knn_query(vector, k=candidates.K, num_threads=1)
+                    index._hnsw.knn_query(vector, k=candidates.K_REST, num_threads=1)
                 else:
                     decided[name] = gate.decide(probe, TAU, "best", DELTA, PATHS[name])
                 times[kind][name].append(time.perf_counter() - started)
@@ -228,8 +235,9 @@ def synthetic_scores(seed: int) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| people × captures × dim | probes | exact p50 / p95 | candidates p50 / p95 | exact / candidates p50 | "
-             "product p50 (matrix) | served by candidates | mismatches | build (1 thread) | index |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "product p50 (matrix) | graph queries p50 | served by candidates | mismatches | build (1 thread) | "
+             "index |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         for kind in ("genuine", "stranger"):
             lat = r["latency_ms"][kind]
@@ -239,7 +247,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"{lat['exact']['p50']} / {lat['exact']['p95']} ms | "
                 f"{lat['candidates']['p50']} / {lat['candidates']['p95']} ms | "
                 f"{lat['exact']['p50'] / lat['candidates']['p50']:.1f}x | "
-                f"{lat['product']['p50']} ms ({r['matrix_mb']} MB) | "
+                f"{lat['product']['p50']} ms ({r['matrix_mb']} MB) | {lat['graph']['p50']} ms | "
                 f"{served:.0%} | {sum(r['mismatches'].values())} | {r['build_s']} s | {r['index_mb']} MB |")
     return "\n".join(lines)
 
