@@ -30,10 +30,8 @@ import inspect
 from importlib.metadata import entry_points
 from typing import Any
 
-from .base import Availability, Encoder, EncoderInfo, l2_normalise
+from .base import TIMM_PREFIX, Availability, Encoder, EncoderInfo, l2_normalise
 from .errors import PluginError, UnknownEncoderError, describe
-from .timm_encoder import PREFIX as TIMM_PREFIX
-from .timm_encoder import declare_timm, timm_class
 
 ENTRY_POINT_GROUP = "biomem.modalities"
 
@@ -72,7 +70,7 @@ def _resolve(name: str) -> type[Encoder]:
     if name in _BUILTINS:
         return _load(_BUILTINS[name])
     if name.startswith(TIMM_PREFIX):
-        return timm_class(name)
+        return _load("modalities.timm_encoder:timm_class")(name)
     plugins = _plugins()
     if name in plugins:
         cls = plugins[name].load()
@@ -80,6 +78,14 @@ def _resolve(name: str) -> type[Encoder]:
             raise PluginError(f"entry point {name!r} in {ENTRY_POINT_GROUP} is not an Encoder subclass")
         return cls
     raise UnknownEncoderError(f"unknown encoder {name!r}; available: {', '.join(names())}")
+
+
+def __getattr__(attr: str) -> Any:
+    """`declare_timm`, imported on first use: the timm module (and the face encoder it crops with) stays out of
+    `import modalities`, as the built-ins do."""
+    if attr == "declare_timm":
+        return _load("modalities.timm_encoder:declare_timm")
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
 def names() -> list[str]:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+TIMM_PREFIX = "timm:"  # registry names of timm models, created on demand (modalities.timm_encoder)
 
 @dataclass(frozen=True)
 class EncoderInfo:

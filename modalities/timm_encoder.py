@@ -42,14 +42,13 @@ import numpy as np
 from PIL import Image
 
 from .arcface import ArcFaceSmallEncoder
-from .base import Availability, Encoder, EncoderInfo, l2_normalise
+from .base import TIMM_PREFIX, Availability, Encoder, EncoderInfo, l2_normalise
 from .errors import InvalidInputError, ModelUnavailableError, UnknownEncoderError, describe
 from .images import load_image
 from .palm import check_texture
 from .quality import bar_of
 from .weights import hub_blocked, locate, names_folder, resolve
 
-PREFIX = "timm:"
 KINDS = ("face", "palm", "iris", "other")
 PREPROCESSING = ("face-align", "resize")  # the face detector's aligned crop; timm's resize and centre crop
 CONFIG_FILE = "config.json"
@@ -104,7 +103,7 @@ class TimmSpec:
     description: str = ""
 
     def __post_init__(self) -> None:
-        if not self.name or not self.model or self.model.startswith(PREFIX):
+        if not self.name or not self.model or self.model.startswith(TIMM_PREFIX):
             raise InvalidInputError(f"a timm configuration needs a name and a model (hf-hub:org/repo, "
                                     f"local-dir:/folder or an architecture), got {self.name!r} and {self.model!r}")
         if self.kind not in KINDS:
@@ -256,7 +255,7 @@ _named: dict[str, type[TimmEncoder]] = {}
 def timm_class(name: str) -> type[TimmEncoder]:
     """The encoder class of a `timm:<model>` name (kind "other", the model's own weights), made once per name."""
     if name not in _named:
-        _named[name] = declare_timm(name, name.removeprefix(PREFIX))
+        _named[name] = declare_timm(name, name.removeprefix(TIMM_PREFIX))
     return _named[name]
 
 
