@@ -13,8 +13,11 @@ owners loaded into every peer (person j is user_id "person-j") and into Bio-Memo
 Queries: random unit-norm vectors for random owners, timed two ways: from the cached vector, and from a text
 through an embedder (the peers: sentence-transformers' all-MiniLM-L6-v2, Mem0 through its own huggingface
 embedder; Bio-Memory: its own TextEncoder). Bio-Memory's search starts from a genuine probe of the owner (a
-capture at the genuine scores' median, retrieval.py's Gallery): the gate is timed with it. Every system's
-searches are interleaved in rotating order, one query at a time. Recall@10 is against numpy's exact top 10
+capture at the genuine scores' median, retrieval.py's Gallery): the gate is timed with it. A second row times it
+after the gate, in a session each person's probe opened once (untimed), as a caller holding a user_id would be.
+Every system's searches are interleaved in rotating order, one query at a time; a lane (system, vector or text)
+past --search-budget seconds takes no more queries, and a peer past its --load-budget stops loading and is not
+searched, saying how far it got. Recall@10 is against numpy's exact top 10
 within the owner's notes. Then the safety side, on the same stores: what a caller of each public API can do with
 another user's memory id, and what a search names another, an unknown or no user returns, each cell the result
 of running the call. Prints markdown tables; JSON with machine_info in benchmarks/results/peers.json.
@@ -28,6 +31,7 @@ import importlib.util
 import json
 import os
 import re
+import secrets
 import shutil
 import sys
 import tempfile
@@ -114,6 +118,9 @@ class System:
 
     def load(self, data: SyntheticStore) -> None:
         raise NotImplementedError
+
+    def prepare(self, owners: list[int]) -> None:
+        """Anything a caller does once per person before asking (untimed): nothing, for a user_id."""
 
     def find(self, vector: np.ndarray, user_id: str) -> list[Any]:
         """Ids of the top 10 notes filed under `user_id` for a query vector: the peer's scoped search."""
@@ -555,6 +562,57 @@ class Gated(System):
             self.mem.close()
 
 
+class AfterGate(System):
+    """Bio-Memory once the gate has run: the owner's probe opens a session (as a conversation starts), then
+    session.search(query). What a caller holding a user_id already has; the session is still by presence."""
+
+    TTL = 24 * 3600.0  # longer than any run: a session that expired mid-run would time an error
+
+    def __init__(self, gated: Gated) -> None:
+        self.name = f"{gated.name}-session"
+        super().__init__(gated.root, gated.embed)
+        self.gated, self.row_of = gated, gated.row_of
+        self.settings = (f"the store of {gated.name}; session = mem.session(Probe(a genuine capture)) once per "
+                         "person, untimed; then session.search(query, k=10)")
+        self.sessions: dict[int, Any] = {}
+
+    def prepare(self, owners: list[int]) -> None:
+        assert self.gated.mem is not None
+        for j in owners:
+            self.sessions[j] = self.gated.mem.session(self.gated.probe(j), ttl=self.TTL)
+
+    def search(self, vector: np.ndarray, j: int) -> list[Any]:
+        return [note.id for note, _ in self.sessions[j].search(vector, k=K).notes]
+
+    def search_text(self, text: str, j: int) -> list[Any]:
+        return [note.id for note, _ in self.sessions[j].search(text, k=K).notes]
+
+    def size_mb(self) -> float:
+        return self.gated.size_mb()
+
+    def safety(self, data: SyntheticStore, victim: int, attacker: int) -> dict[str, dict[str, str]]:
+        mem, own = self.gated.mem, self.gated.probe(attacker)
+        assert mem is not None and self.gated.stranger is not None
+        session = mem.session(own, ttl=self.TTL)  # the caller's own session
+        target = next(n for n, r in self.row_of.items() if r == data.owner_slice(victim).start)
+        cells = {"get": outcome(f"session.get({target})", lambda: session.get(target), bool),
+                 "update": outcome(f"session.update({target}, 'overwritten', probe=the caller's own)",
+                                   lambda: session.update(target, "overwritten", probe=own), bool),
+                 "history": outcome(f"session.history({target})", lambda: session.history(target), bool),
+                 "delete": outcome(f"session.delete({target}, probe=the caller's own)",
+                                   lambda: session.delete(target, probe=own), bool)}
+        q = unit_rows(np.random.default_rng(7), 1, TEXT_DIM)[0]
+        found = lambda result: [n.id for n, _ in result.notes]  # noqa: E731
+        stranger = self.gated.stranger
+        return cells | search_cells(self, data, victim, {
+            "search_other_user": ("session.search(q, k=10) in the caller's own session",
+                                  lambda: found(session.search(q, k=K))),
+            "search_unknown_user": ("mem.session(a stranger's probe).search(q, k=10)",
+                                    lambda: found(mem.session(stranger).search(q, k=K))),
+            "search_no_user": ("mem.sessions.get(a guessed token).search(q, k=10)",
+                               lambda: found(mem.sessions.get(secrets.token_urlsafe(32)).search(q, k=K)))})
+
+
 def make_peer(name: str, root: Path, embed: Callable[[str], np.ndarray], server: Any) -> System | None:
     """The peer `name`, or None (with a line saying why) when its package is not installed."""
     if importlib.util.find_spec(MODULE[name]) is None or (name == "pgvector" and server is None):
@@ -570,8 +628,10 @@ def make_peer(name: str, root: Path, embed: Callable[[str], np.ndarray], server:
 
 def run_rung(n_notes: int, n_ids: int, *, peers: list[str], shape: Shape, model: ScoreModel | None,
              encoder: TextEncoder, queries: int, seed: int, workdir: Path | None, server: Any,
-             load_budget: float) -> dict[str, Any]:
-    """Load one data set into every system, time their searches interleaved, then run the safety calls."""
+             load_budget: dict[str, float], search_budget: float) -> dict[str, Any]:
+    """Load one data set into every system, time their searches interleaved, then run the safety calls.
+    `load_budget`: seconds per peer ("" for any other); `search_budget`: seconds per system and way of searching,
+    past which that lane takes no more queries (and its warm-up stops at a tenth of it)."""
     root = Path(tempfile.mkdtemp(prefix=f"biomem-peers-{n_notes}-{n_ids}-", dir=workdir))
     log(f"rung {n_notes:,} notes / {n_ids:,} people in {root}")
     from sentence_transformers import SentenceTransformer
@@ -610,6 +670,8 @@ def run_rung(n_notes: int, n_ids: int, *, peers: list[str], shape: Shape, model:
         pg.open(loaded["note_ids"])
         systems[pg.name] = pg
     sqlite.open(data.note_ids)
+    systems[f"{sqlite.name}-session"] = AfterGate(sqlite)
+    loads[f"{sqlite.name}-session"] = loads[sqlite.name]
     for name in peers:
         reset_peak()
         before = rss_mb()
@@ -618,15 +680,16 @@ def run_rung(n_notes: int, n_ids: int, *, peers: list[str], shape: Shape, model:
             out["skipped"][name] = DISTRIBUTION[name]
             continue
         t0 = time.perf_counter()
-        peer.deadline = t0 + load_budget
+        budget = load_budget.get(name, load_budget[""])
+        peer.deadline = t0 + budget
         try:
             peer.load(data)
         except LoadStopped as stop:
             seconds = time.perf_counter() - t0
             print(f"{name}: stopped, loaded {stop.loaded:,} of {n_notes:,} notes in {seconds:,.0f} s "
-                  f"({stop.loaded / seconds:,.1f} notes/s) and ran past --load-budget {load_budget:g} s: "
+                  f"({stop.loaded / seconds:,.1f} notes/s) and ran past its load budget of {budget:g} s: "
                   "not searched on this rung", flush=True)
-            out["stopped"][name] = {"loaded": stop.loaded, "seconds": seconds, "budget_s": load_budget}
+            out["stopped"][name] = {"loaded": stop.loaded, "seconds": seconds, "budget_s": budget}
             peer.close()
             continue
         loads[name] = {"s": time.perf_counter() - t0, "peak_mb": status_mb("VmHWM") - before}
@@ -638,11 +701,16 @@ def run_rung(n_notes: int, n_ids: int, *, peers: list[str], shape: Shape, model:
     texts = [f"What did I say about memory {i} last week?" for i in range(queries)]
     truth = [data.exact_top(int(j), q, K, np.arange(n_notes)) for j, q in zip(owners, vectors)]
     held: dict[str, float] = {}
-    for name, system in systems.items():  # warm-up: one search per queried owner, untimed
+    people = list(dict.fromkeys(owners.tolist()))
+    for name, system in systems.items():  # warm-up: one search per queried owner, untimed, within budget
         before = rss_mb()
-        for j in dict.fromkeys(owners.tolist()):
+        system.prepare(people)
+        system.search_text("warm-up", people[0])
+        t0 = time.perf_counter()
+        for j in people:
             system.search(unit_rows(rng, 1, TEXT_DIM)[0], j)
-        system.search_text("warm-up", int(owners[0]))
+            if time.perf_counter() - t0 > search_budget / 10:
+                break
         held[name] = rss_mb() - before
     stranger = Probe(data.gallery.impostor(np.random.default_rng(seed + 13)), shape.modality)
     for system in systems.values():
@@ -655,6 +723,8 @@ def run_rung(n_notes: int, n_ids: int, *, peers: list[str], shape: Shape, model:
     for i in range(queries):
         j = int(owners[i])
         for name, how in lanes[i % len(lanes):] + lanes[:i % len(lanes)]:  # rotating order
+            if sum(times[name, how]) > search_budget * 1000:
+                continue  # this lane has had its budget: the queries so far are its sample
             system = systems[name]
             t0 = time.perf_counter_ns()
             ids = system.search(vectors[i], j) if how == "vector" else system.search_text(texts[i], j)
@@ -667,6 +737,8 @@ def run_rung(n_notes: int, n_ids: int, *, peers: list[str], shape: Shape, model:
             "disk_mb": system.size_mb(), "load_peak_rss_mb": loads[name]["peak_mb"], "warm_rss_mb": held[name],
             "search": percentiles(times[name, "vector"]), "search_with_embedding": percentiles(times[name, "text"]),
             "recall_at_10": float(np.mean(recall[name])), "recall_at_10_min": float(np.min(recall[name]))}
+        if isinstance(system, AfterGate):
+            out["systems"][name]["store_of"] = system.gated.name
         if isinstance(system, PgVector):
             out["systems"][name]["plan"] = system.plan(vectors[0], int(owners[0]))
     out["load_rss_note"] = ("load_peak_rss_mb: VmHWM reset before each load (clear_refs), peak minus the RSS "
@@ -682,21 +754,41 @@ def run_rung(n_notes: int, n_ids: int, *, peers: list[str], shape: Shape, model:
     return out
 
 
+def ratios(systems: dict[str, Any]) -> list[str]:
+    """The fastest peer's search p50 over each Bio-Memory row's (the issue's target: at least 10x), and each
+    peer's load rate over Bio-Memory's on SQLite."""
+    peers = {name: s for name, s in systems.items() if not name.startswith("biomem")}
+    if not peers:
+        return []
+    fastest = min(peers, key=lambda name: peers[name]["search"]["p50_ms"])
+    best = peers[fastest]["search"]["p50_ms"]
+    lines = [f"\nThe fastest peer's search: {fastest}, {best:.2f} ms p50."]
+    lines += [f"- {name}: {s['search']['p50_ms']:.2f} ms, {best / s['search']['p50_ms']:.2f}x the fastest peer"
+              for name, s in systems.items() if name.startswith("biomem")]
+    if "biomem-sqlite" in systems:
+        rate = systems["biomem-sqlite"]["load_notes_per_s"]
+        lines += [f"- load: biomem-sqlite {rate:,.0f} notes/s, " + ", ".join(
+            f"{rate / s['load_notes_per_s']:.1f}x {name}'s" for name, s in peers.items())]
+    return lines
+
+
 def report(results: dict[str, Any]) -> str:
     """Markdown: a speed table per rung, and the safety table of the last rung."""
     lines = []
     for rung in results["rungs"]:
         lines += [f"\n### {rung['notes']:,} notes / {rung['people']:,} people ({rung['shape']} templates)\n",
-                  "| system | load notes/s (s) | disk MB | load peak RSS +MB | warm RSS +MB | search p50 / p95 ms "
-                  "| with embedding p50 / p95 ms | recall@10 (min) |", "|---|---|---|---|---|---|---|---|"]
+                  "| system | load notes/s (s) | disk MB | load peak RSS +MB | warm RSS +MB | search p50 / p95 ms (n) "
+                  "| with embedding p50 / p95 ms (n) | recall@10 (min) |", "|---|---|---|---|---|---|---|---|"]
         for name, s in rung["systems"].items():
-            lines.append(f"| {name} | {s['load_notes_per_s']:,.0f} ({s['load_s']:.1f}) | {s['disk_mb']:,.0f} | "
-                         f"{s['load_peak_rss_mb']:,.0f} | {s['warm_rss_mb']:,.0f} | "
-                         f"{s['search']['p50_ms']:.2f} / {s['search']['p95_ms']:.2f} | "
-                         f"{s['search_with_embedding']['p50_ms']:.2f} / {s['search_with_embedding']['p95_ms']:.2f} | "
-                         f"{s['recall_at_10']:.3f} ({s['recall_at_10_min']:.1f}) |")
+            loaded = f"{s['store_of']}'s store | | | " if "store_of" in s else (
+                f"{s['load_notes_per_s']:,.0f} ({s['load_s']:.1f}) | {s['disk_mb']:,.0f} | "
+                f"{s['load_peak_rss_mb']:,.0f} | ")
+            lines.append(f"| {name} | {loaded}{s['warm_rss_mb']:,.0f} | " + " | ".join(
+                f"{t['p50_ms']:.2f} / {t['p95_ms']:.2f} ({t['n']})" for t in (s["search"], s["search_with_embedding"]))
+                + f" | {s['recall_at_10']:.3f} ({s['recall_at_10_min']:.1f}) |")
+        lines += ratios(rung["systems"])
         lines += [f"\n{name}: skipped, {dist} is not installed" for name, dist in rung["skipped"].items()]
-        lines += [f"\n{name}: stopped after {s['loaded']:,} notes in {s['seconds']:,.0f} s (--load-budget "
+        lines += [f"\n{name}: stopped after {s['loaded']:,} notes in {s['seconds']:,.0f} s (a load budget of "
                   f"{s['budget_s']:g} s), not searched" for name, s in rung["stopped"].items()]
     if results["rungs"]:
         safety = results["rungs"][-1]["safety"]
@@ -707,6 +799,16 @@ def report(results: dict[str, Any]) -> str:
         lines += ["\nThe calls:\n"] + [f"- {name} {c}: `{cells[c]['call']}` -> {cells[c]['saw']}"
                                        for name, cells in safety.items() for c in SAFETY]
     return "\n".join(lines)
+
+
+def parse_budget(spec: str) -> dict[str, float]:
+    """"SECONDS[,PEER=SECONDS...]" as {"": the default, peer: its own}."""
+    default, *own = spec.split(",")
+    budget = {"": float(default)} | {peer: float(seconds) for peer, seconds in (part.split("=") for part in own)}
+    unknown = set(budget) - set(PEERS) - {""}
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown peers {sorted(unknown)}: {', '.join(PEERS)}")
+    return budget
 
 
 def parse_rungs(spec: str) -> list[tuple[int, int]]:
@@ -723,9 +825,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", default=DEFAULT_SHAPE, help=f"CAPTURESxDIM of the templates (default {DEFAULT_SHAPE})")
     ap.add_argument("--no-postgres", action="store_true", help="no embedded PostgreSQL: no pgvector, no "
                                                                  "Bio-Memory on PostgreSQL")
-    ap.add_argument("--load-budget", type=float, default=3600.0,
-                    help="seconds a peer may take to load a rung; past them it stops, says how far it got, and "
-                         "is not searched on that rung (default 3600)")
+    ap.add_argument("--load-budget", type=parse_budget, default=parse_budget("3600"),
+                    help="seconds a peer may take to load a rung, as SECONDS[,PEER=SECONDS...]; past them it "
+                         "stops, says how far it got, and is not searched on that rung (default 3600)")
+    ap.add_argument("--search-budget", type=float, default=600.0,
+                    help="seconds of searching per system and way (vector, text) on a rung; past them that lane "
+                         "takes no more queries, and reports how many it took (default 600)")
     ap.add_argument("--workdir", type=Path, default=None, help="where the stores go (default $TMPDIR)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "peers.json")
@@ -752,7 +857,7 @@ def main(argv: list[str] | None = None) -> int:
         for n_notes, n_ids in rungs:
             results["rungs"].append(run_rung(n_notes, n_ids, peers=peers, shape=shape, model=model, encoder=encoder,
                                              queries=queries, seed=args.seed, workdir=args.workdir, server=server,
-                                             load_budget=args.load_budget))
+                                             load_budget=args.load_budget, search_budget=args.search_budget))
     finally:
         if server is not None:
             results["postgresql"] = server.version

@@ -2,10 +2,13 @@
 row (SQLite) is right on a small rung: recall@10 1.0 from a probe, and another person's or a stranger's probe
 reads, changes and deletes nothing of someone else's."""
 
+import argparse
 import importlib.util
 import json
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -35,3 +38,21 @@ def test_bio_memory_row_and_skipped_peers(tmp_path, capsys):
     assert "Synthetic memory 0 of person 0" in safety["update"]["saw"]  # the owner's note is intact
     assert "| biomem-sqlite | no | no | no | no | no | empty | error |" in printed
     assert results["machine"]["cores"]
+
+    # after the gate: a session per person, the same store, the same notes, and no way into another's
+    session = rung["systems"]["biomem-sqlite-session"]
+    assert session["recall_at_10"] == 1.0 and session["search"]["n"] == 10 and session["store_of"] == "biomem-sqlite"
+    assert {c: r["result"] for c, r in rung["safety"]["biomem-sqlite-session"].items()} == {
+        "get": "no", "update": "no", "delete": "no", "history": "no", "search_other_user": "no",
+        "search_unknown_user": "error", "search_no_user": "error"}
+
+
+def test_budgets_cut_a_slow_lane_and_name_the_peer(tmp_path):
+    assert peers.parse_budget("900,mem0=300") == {"": 900.0, "mem0": 300.0}
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown peers"):
+        peers.parse_budget("900,weaviate=300")
+    out = tmp_path / "peers.json"
+    assert peers.main(["--rungs", "500:5", "--queries", "6", "--shape", "1x128", "--no-postgres", "--peers", "",
+                       "--search-budget", "0", "--workdir", str(tmp_path), "--out", str(out)]) == 0
+    systems = json.loads(out.read_text())["rungs"][0]["systems"]
+    assert {s["search"]["n"] for s in systems.values()} == {1}  # past its budget, a lane takes no more queries
