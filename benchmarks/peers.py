@@ -146,6 +146,11 @@ class System:
         """Release files and connections."""
 
 
+def found(result: Any) -> list[int]:
+    """The note ids of a Bio-Memory SearchResult, best first."""
+    return [note.id for note, _ in result.notes]
+
+
 def outcome(call: str, run: Callable[[], Any], reached: Callable[[Any], bool]) -> dict[str, str]:
     """Run `call` on another user's memory id: "yes" when `reached(result)` says it read or changed that memory,
     "no" when not or when it raised (the exception is shown)."""
@@ -530,11 +535,11 @@ class Gated(System):
 
     def search(self, vector: np.ndarray, j: int) -> list[Any]:
         assert self.mem is not None
-        return [note.id for note, _ in self.mem.search(vector, probe=self.probe(j), k=K).notes]
+        return found(self.mem.search(vector, probe=self.probe(j), k=K))
 
     def search_text(self, text: str, j: int) -> list[Any]:
         assert self.mem is not None
-        return [note.id for note, _ in self.mem.search(text, probe=self.probe(j), k=K).notes]
+        return found(self.mem.search(text, probe=self.probe(j), k=K))
 
     def size_mb(self) -> float:
         return self.disk_mb()
@@ -557,11 +562,11 @@ class Gated(System):
         q = unit_rows(np.random.default_rng(7), 1, TEXT_DIM)[0]
         return cells | search_cells(self, data, victim, {
             "search_other_user": ("mem.search(q, probe=the caller's own probe, k=10)",
-                                  lambda: [n.id for n, _ in mem.search(q, probe=other, k=K).notes]),
+                                  lambda: found(mem.search(q, probe=other, k=K))),
             "search_unknown_user": ("mem.search(q, probe=a stranger's probe, k=10)",
-                                    lambda: [n.id for n, _ in mem.search(q, probe=stranger, k=K).notes]),
+                                    lambda: found(mem.search(q, probe=stranger, k=K))),
             "search_no_user": ("mem.search(q, probe=None, k=10)",
-                               lambda: [n.id for n, _ in mem.search(q, probe=None, k=K).notes])})
+                               lambda: found(mem.search(q, probe=None, k=K)))})
 
     def close(self) -> None:
         if self.mem is not None:
@@ -590,10 +595,10 @@ class AfterGate(System):
                 self.sessions[j] = self.gated.mem.session(self.gated.probe(j), ttl=self.TTL)
 
     def search(self, vector: np.ndarray, j: int) -> list[Any]:
-        return [note.id for note, _ in self.sessions[j].search(vector, k=K).notes] if j in self.sessions else []
+        return found(self.sessions[j].search(vector, k=K)) if j in self.sessions else []
 
     def search_text(self, text: str, j: int) -> list[Any]:
-        return [note.id for note, _ in self.sessions[j].search(text, k=K).notes] if j in self.sessions else []
+        return found(self.sessions[j].search(text, k=K)) if j in self.sessions else []
 
     def size_mb(self) -> float:
         return self.gated.size_mb()
@@ -610,7 +615,6 @@ class AfterGate(System):
                  "delete": outcome(f"session.delete({target}, probe=the caller's own)",
                                    lambda: session.delete(target, probe=own), bool)}
         q = unit_rows(np.random.default_rng(7), 1, TEXT_DIM)[0]
-        found = lambda result: [n.id for n, _ in result.notes]  # noqa: E731
         stranger = self.gated.stranger
         return cells | search_cells(self, data, victim, {
             "search_other_user": ("session.search(q, k=10) in the caller's own session",
@@ -668,10 +672,11 @@ def run_rung(n_notes: int, n_ids: int, *, peers: list[str], shape: Shape, model:
             for quantile in (0.5, 0.75, 0.9, 0.99):
                 score = None if model is None else float(np.quantile(model.genuine, quantile))
                 fixed[j] = data.gallery.genuine(gallery_rng, j, score)
-                if sqlite.gate_admits(fixed[j], int(data.owner_ids[j])):
+                admitted = sqlite.gate_admits(fixed[j], int(data.owner_ids[j]))
+                if admitted:
                     break
             if quantile != 0.5:
-                recaptured[j] = quantile if sqlite.gate_admits(fixed[j], int(data.owner_ids[j])) else None
+                recaptured[j] = quantile if admitted else None
         return fixed[j]
 
     systems: dict[str, System] = {}
@@ -694,8 +699,8 @@ def run_rung(n_notes: int, n_ids: int, *, peers: list[str], shape: Shape, model:
         pg.open(loaded["note_ids"])
         systems[pg.name] = pg
     sqlite.open(data.note_ids)
-    systems[f"{sqlite.name}-session"] = AfterGate(sqlite)
-    loads[f"{sqlite.name}-session"] = loads[sqlite.name]
+    session = AfterGate(sqlite)
+    systems[session.name], loads[session.name] = session, loads[sqlite.name]
     owners = rng.integers(0, n_ids, size=queries)
     vectors = unit_rows(rng, queries, TEXT_DIM)
     people = list(dict.fromkeys(owners.tolist()))

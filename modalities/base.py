@@ -10,6 +10,7 @@ import numpy as np
 
 TIMM_PREFIX = "timm:"  # registry names of timm models, created on demand (modalities.timm_encoder)
 
+
 @dataclass(frozen=True)
 class EncoderInfo:
     """Static facts about an encoder, known before any weight is loaded."""
