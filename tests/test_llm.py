@@ -760,3 +760,44 @@ def test_serve_gguf_refuses_without_the_server_or_the_file(monkeypatch, tmp_path
     with pytest.raises(ModelUnavailableError, match="no GGUF file"):
         with llamacpp.serve_gguf(tmp_path / "missing.gguf"):
             pass
+
+
+# A stand-in for a llama.cpp server built for a CPU feature the kernel refuses: it lists its model, then
+# dies at the first completion, as the AMX build does (general protection fault at ldtilecfg).
+CRASHING_SERVER = r'''
+import http.server, json, os, sys
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        body = json.dumps({"data": [{"id": "model"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        print("ggml: loading tiles", file=sys.stderr, flush=True)
+        print("traps: python general protection fault ip:7f in libggml-cpu.so", file=sys.stderr, flush=True)
+        os._exit(139)
+
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+'''
+
+
+def test_a_server_that_dies_on_its_first_completion_fails_with_its_last_output(tmp_path):
+    import sys
+
+    script = tmp_path / "server.py"
+    script.write_text(CRASHING_SERVER)
+    port = llamacpp.free_port()
+    with pytest.raises(LLMError) as caught:
+        with llamacpp.serve_command([sys.executable, str(script), str(port)], f"http://127.0.0.1:{port}/v1",
+                                    timeout=30):
+            pytest.fail("the block must not run: the server never completed anything")
+    message = str(caught.value)
+    assert "died on its first completion (exit code 139)" in message
+    assert "general protection fault" in message and "loading tiles" in message
+    assert "portable build" in message

@@ -12,6 +12,7 @@ By hand: `python -m llama_cpp.server --model FILE --host 127.0.0.1 --port 8080 -
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import socket
 import subprocess
@@ -29,7 +30,9 @@ from ..errors import LLMError, ModelUnavailableError
 
 SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context",
                   "pydantic_settings")  # llama-cpp-python and its [server] extra
-INSTALL_HINT = "pip install 'llama-cpp-python[server]==0.3.36' (builds from source in ~7 min on 2 cores)"
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1 never through a proxy
+INSTALL_HINT = ("pip install 'llama-cpp-python[server]==0.3.36', built portably as docs/llm.md shows "
+                "(~7 min on 2 cores)")
 
 
 def require_server() -> None:
@@ -70,12 +73,23 @@ def serve_gguf(path: str | os.PathLike, port: int | None = None, threads: int | 
                "--model_alias", model_name(path), "--host", "127.0.0.1", "--port", str(port),
                "--n_ctx", str(n_ctx), "--n_threads", str(threads), "--n_threads_batch", str(threads),
                "--verbose", "False"]
-    base_url = f"http://127.0.0.1:{port}/v1"
+    with serve_command(command, f"http://127.0.0.1:{port}/v1", timeout) as base_url:
+        yield base_url
+
+
+@contextmanager
+def serve_command(command: list[str], base_url: str, timeout: float = 120.0) -> Iterator[str]:
+    """Run an OpenAI-compatible server command until the block ends; yields base_url once it completes.
+
+    Ready means one tiny completion answered, not just a listening port: a server built for a CPU
+    feature the kernel refuses (AMX tiles) loads the model, lists it, and dies at its first completion.
+    """
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
                                    stderr=subprocess.STDOUT)
         try:
             _wait_until_ready(process, base_url, timeout, log)
+            _check_completion(process, base_url, timeout, log)
             yield base_url
         finally:
             _stop(process)
@@ -83,13 +97,12 @@ def serve_gguf(path: str | os.PathLike, port: int | None = None, threads: int | 
 
 def _wait_until_ready(process: subprocess.Popen, base_url: str, timeout: float, log: IO[bytes]) -> None:
     """Poll GET /v1/models (no proxy) until it answers 200; LLMError if the server dies or times out."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise LLMError(f"llama.cpp server exited with code {process.returncode}: {_tail(log)}")
         try:
-            with opener.open(f"{base_url}/models", timeout=2) as response:
+            with _OPENER.open(f"{base_url}/models", timeout=2) as response:
                 if response.status == 200:
                     return
         except (urllib.error.URLError, OSError):
@@ -98,10 +111,32 @@ def _wait_until_ready(process: subprocess.Popen, base_url: str, timeout: float, 
     raise LLMError(f"llama.cpp server at {base_url} did not answer within {timeout:.0f} s: {_tail(log)}")
 
 
-def _tail(log: IO[bytes], size: int = 2000) -> str:
-    """The end of the server's output, for error messages."""
+def _check_completion(process: subprocess.Popen, base_url: str, timeout: float, log: IO[bytes]) -> None:
+    """Ask for one token; LLMError with the server's last output lines if it dies or never answers."""
+    request = urllib.request.Request(f"{base_url}/completions", data=json.dumps(
+        {"prompt": "Hello", "max_tokens": 1, "temperature": 0}).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with _OPENER.open(request, timeout=timeout) as response:
+            if response.status == 200 and json.load(response).get("choices"):
+                return
+            problem = f"answered HTTP {response.status} without a completion"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        problem = f"failed its first completion ({exc})"
+    try:
+        process.wait(timeout=2)  # a crash is reported with its exit code
+    except subprocess.TimeoutExpired:
+        pass
+    if process.returncode is not None:
+        problem = f"died on its first completion (exit code {process.returncode})"
+    raise LLMError(f"llama.cpp server at {base_url} {problem}; a build tuned for another CPU does this "
+                   f"(docs/llm.md has the portable build). Its last output:\n{_tail(log)}")
+
+
+def _tail(log: IO[bytes], lines: int = 20, size: int = 4000) -> str:
+    """The server's last output lines (at most `size` characters), for error messages."""
     log.seek(0)
-    return log.read().decode("utf-8", "replace")[-size:].strip() or "(no output)"
+    text = log.read().decode("utf-8", "replace").strip()
+    return "\n".join(text.splitlines()[-lines:])[-size:] or "(no output)"
 
 
 def _stop(process: subprocess.Popen) -> None:
