@@ -86,6 +86,11 @@ class EnrolmentRefusedError(EnrolmentError):
     the two is said to the operator and admins only (biomem.identity.enrolment)."""
 
 
+class SampleCaptureError(EnrolmentError):
+    """A requester's enrolment, or captures a requester adds, showing one of the demo's sample people: anyone can
+    show their captures, so none of them is anybody's own (biomem.identity.enrolment.Reserved)."""
+
+
 class EnrolmentLimitError(EnrolmentError):
     """One more person would take the store past the size its τ guards: the expected false-positive
     identification rate (a stranger taken for someone) would exceed the operator's target FPIR."""
@@ -132,3 +137,8 @@ class AuthenticationError(BioMemError, PermissionError):
 
 class NotAuthorisedError(AuthenticationError):
     """A known caller (or the public page) whose role does not open this door (biomem.engine.access)."""
+
+
+class SampleReadOnlyError(NotAuthorisedError):
+    """A change proven by a probe of one of the demo's sample people: anyone can show their captures, so such a
+    probe proves nothing and their memories and households are read-only to it (biomem.engine.access)."""

@@ -19,7 +19,7 @@ import pytest  # noqa: E402
 
 import modalities  # noqa: E402
 from biomem import BioMemory, Probe  # noqa: E402
-from biomem.identity.samples import augment, face_crops  # noqa: E402
+from biomem.identity.samples import augment, calibration_faces, face_crops  # noqa: E402
 from biomem.notes.textenc import TextEncoder  # noqa: E402
 
 
@@ -30,6 +30,7 @@ def text_encoder() -> TextEncoder:
 
 FACE = "face-arcface-s"  # the default face encoder of a new store
 ALICE, BOB, STRANGER = 0, 1, 2  # people of face_crops(); the stranger is never enrolled by `family`
+NEWCOMERS = len(face_crops())  # calibration_faces() from here on: people who are none of the demo's sample people
 
 
 @pytest.fixture(scope="session")
@@ -43,9 +44,8 @@ def faces() -> list[np.ndarray]:
     return face_crops()
 
 
-@pytest.fixture(scope="session")
-def capture(faces, face_encoder):
-    """capture(person, n): the n-th augmented capture of a person (n=0 is the photo itself).
+def captures_of(photos: list[np.ndarray], encoder: modalities.Encoder):
+    """make(person, n): the n-th augmented capture of `photos[person]` (n=0 is the photo itself).
 
     The detector misses a few strongly tilted augmentations, as it would a badly framed camera
     shot: captures are the augmentations in which it finds exactly one face.
@@ -55,27 +55,53 @@ def capture(faces, face_encoder):
 
     def make(person: int, n: int) -> np.ndarray:
         if n == 0:
-            return faces[person]
+            return photos[person]
         kept = usable.setdefault(person, [])
         while len(kept) < n:
             tried[person] = tried.get(person, 0) + 1
-            image = augment(faces[person], seed=1000 * person + tried[person])
-            if len(face_encoder.detect(image)) == 1:
+            image = augment(photos[person], seed=1000 * person + tried[person])
+            if len(encoder.detect(image)) == 1:
                 kept.append(image)
         return kept[n - 1]
     return make
 
 
 @pytest.fixture(scope="session")
-def face_probe(face_encoder, capture):
-    """face_probe(person, n): the real embedding of a capture by the default face encoder, as a Probe."""
+def capture(faces, face_encoder):
+    """capture(person, n): the n-th capture of face_crops()'s `person` (n=0 is the photo itself). Every one of
+    them is a face of the demo's sample people: a requester may not enrol them (the operator may)."""
+    return captures_of(faces, face_encoder)
+
+
+@pytest.fixture(scope="session")
+def newcomer(face_encoder):
+    """newcomer(person, n): the n-th capture of a person who is none of the demo's sample people (the people of
+    calibration_faces() after face_crops()' seven, each in one clear photo): someone a requester may enrol."""
+    photos = [crops[0] for crops in calibration_faces()[NEWCOMERS:] if len(face_encoder.detect(crops[0])) == 1]
+    return captures_of(photos, face_encoder)
+
+
+def probes_of(captures, encoder: modalities.Encoder):
+    """make(person, n): the real embedding of `captures(person, n)` by `encoder`, as a Probe (encoded once)."""
     cache: dict[tuple[int, int], Probe] = {}
 
     def make(person: int, n: int) -> Probe:
         if (person, n) not in cache:
-            cache[(person, n)] = Probe(face_encoder.encode(capture(person, n)), face_encoder.name)
+            cache[(person, n)] = Probe(encoder.encode(captures(person, n)), encoder.name)
         return cache[(person, n)]
     return make
+
+
+@pytest.fixture(scope="session")
+def face_probe(face_encoder, capture):
+    """face_probe(person, n): capture(person, n) encoded by the default face encoder, as a Probe."""
+    return probes_of(capture, face_encoder)
+
+
+@pytest.fixture(scope="session")
+def newcomer_probe(face_encoder, newcomer):
+    """newcomer_probe(person, n): newcomer(person, n) encoded by the default face encoder, as a Probe."""
+    return probes_of(newcomer, face_encoder)
 
 
 BOTH_STORES = pytest.mark.parametrize("backend", ["sqlite", "postgresql"])  # a test run on each store

@@ -34,10 +34,11 @@ ANA, BEN, STRANGER = 0, 1, 6
 
 @pytest.fixture(scope="module")
 def remote(tmp_path_factory, text_encoder, face_encoder):
-    """The demo store behind the REST API only; an agent and an admin client."""
+    """The demo store (its people enrolled as ordinary people, whose probes write) behind the REST API only; an
+    agent and an admin client."""
     root = tmp_path_factory.mktemp("client")
     mem = BioMemory(root / "c.db", text_model=text_encoder, encoder=face_encoder, limits="off")
-    ids = build_demo(mem)
+    ids = build_demo(mem, sample=False)
     agent, _ = create_key(mem.store, "agent")
     admin, _ = create_key(mem.store, "admin", "admin")
     with served(create_app(mem, ui=False, mcp=False)) as url, \
@@ -110,17 +111,17 @@ def test_by_id_calls_mirror_the_python_api(remote):
     assert [n.content for n in notes] == ["I prefer window seats"] and notes[0].keywords == []
 
 
-def test_enrol_forget_and_the_admin_s_calls(remote):
-    dana = remote.bm.enroll("Dana", [demo_capture(3, 0), usable_capture(remote.face_encoder, 3, range(1, 40))])
+def test_enrol_forget_and_the_admin_s_calls(remote, newcomer):
+    dana = remote.bm.enroll("Dana", [newcomer(0, 0), newcomer(0, 1)])
     assert dana.label == "Dana"
     with pytest.raises(AuthenticationError) as raised:
         remote.bm.forget(identity=dana.id)
     assert raised.value.status == 403
-    assert remote.bm.forget(probe=demo_capture(3, 0)) == dana.id
-    eve = remote.bm.enroll("Eve", demo_capture(4, 0))
+    assert remote.bm.forget(probe=newcomer(0, 0)) == dana.id
+    eve = remote.bm.enroll("Eve", newcomer(1, 0))
     imported = remote.admin.add("Imported for Eve", identity=eve.id)
     assert imported.owner == eve.id
-    embedding = Probe(remote.face_encoder.encode(demo_capture(4, 0)), remote.face_encoder.name)
+    embedding = Probe(remote.face_encoder.encode(newcomer(1, 0)), remote.face_encoder.name)
     assert remote.admin.search("Imported", probe=embedding).notes[0][0].id == imported.id
     with pytest.raises(AuthenticationError):
         remote.bm.search("Imported", probe=embedding)  # precomputed embeddings: admin only

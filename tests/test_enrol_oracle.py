@@ -40,17 +40,18 @@ from biomem.vocabulary import AttemptLimits
 
 from .conftest import BOTH_STORES
 
-ANA, BEN, CARA = 0, 1, 2  # CARA is never enrolled
+ANA, BEN, CARA = 0, 1, 2  # newcomer() people (none of the demo's sample people, whom no requester enrols); CARA
+# is never enrolled
 ANA_LABEL = "Anastasia Quellmark"
 FACE = "face-arcface-s"
 TRIES = 100
 
 
 @pytest.fixture
-def limited(make_memory, face_probe, clock):
+def limited(make_memory, newcomer_probe, clock):
     """Ana enrolled; the default attempt limits (20 misses a minute, the pace limit) on a clock that stands still."""
     mem = make_memory()
-    ana = mem.enroll(ANA_LABEL, [face_probe(ANA, 0), face_probe(ANA, 1)])
+    ana = mem.enroll(ANA_LABEL, [newcomer_probe(ANA, 0), newcomer_probe(ANA, 1)])
     mem.limiter = AttemptLimiter(AttemptLimits(), mem.store, clock=clock)
     return mem, ana
 
@@ -70,14 +71,14 @@ def admitted(attempt) -> int:
 
 
 @BOTH_STORES
-def test_enrolment_tries_are_throttled_within_the_budget_of_probes(limited, face_probe):
+def test_enrolment_tries_are_throttled_within_the_budget_of_probes(limited, newcomer_probe):
     mem, ana = limited
     budget = AttemptLimits().misses
     before = mem.store.counts()
-    probes = admitted(lambda: mem.identify(face_probe(CARA, 0), client="prober"))
-    names = admitted(lambda: mem.enroll(ANA_LABEL.upper(), [face_probe(CARA, 0)], client="name-guesser"))
-    faces = admitted(lambda: mem.enroll("Someone New", [face_probe(ANA, 2)], client="face-tester"))
-    mixed = admitted(lambda: mem.enroll("Visitor", [face_probe(CARA, 0), face_probe(BEN, 0)], client="mixer"))
+    probes = admitted(lambda: mem.identify(newcomer_probe(CARA, 0), client="prober"))
+    names = admitted(lambda: mem.enroll(ANA_LABEL.upper(), [newcomer_probe(CARA, 0)], client="name-guesser"))
+    faces = admitted(lambda: mem.enroll("Someone New", [newcomer_probe(ANA, 2)], client="face-tester"))
+    mixed = admitted(lambda: mem.enroll("Visitor", [newcomer_probe(CARA, 0), newcomer_probe(BEN, 0)], client="mixer"))
     assert probes == budget == 20
     assert names == budget  # each taken name is a miss: existing names cost what probes cost
     assert faces == budget // FACE_TAKEN_MISSES == 4  # someone else's face costs five misses
@@ -85,32 +86,32 @@ def test_enrolment_tries_are_throttled_within_the_budget_of_probes(limited, face
     assert mem.store.counts() == before and [i.label for i in mem.identities()] == [ANA_LABEL]
     with pytest.raises(TooManyAttemptsError):  # a client in cool-down is refused before any encoding
         mem.enroll("Fresh Name", [np.full((200, 200, 3), 127, np.uint8)], client="face-tester")
-    assert mem.identify(face_probe(ANA, 2), client="ana-phone").identity == ana.id  # others are unaffected
-    assert mem.enroll("Cara", [face_probe(CARA, 0)], client="cara-phone").label == "Cara"
+    assert mem.identify(newcomer_probe(ANA, 2), client="ana-phone").identity == ana.id  # others are unaffected
+    assert mem.enroll("Cara", [newcomer_probe(CARA, 0)], client="cara-phone").label == "Cara"
 
 
-def test_a_requester_cannot_tell_a_taken_name_from_an_enrolled_face(limited, face_probe):
+def test_a_requester_cannot_tell_a_taken_name_from_an_enrolled_face(limited, newcomer_probe):
     mem, ana = limited
     with pytest.raises(EnrolmentRefusedError) as name:
-        mem.enroll(ANA_LABEL.lower(), [face_probe(CARA, 0)], client="a")
+        mem.enroll(ANA_LABEL.lower(), [newcomer_probe(CARA, 0)], client="a")
     with pytest.raises(EnrolmentRefusedError) as face:
-        mem.enroll("Someone New", [face_probe(ANA, 2)], client="b")
+        mem.enroll("Someone New", [newcomer_probe(ANA, 2)], client="b")
     with pytest.raises(EnrolmentRefusedError) as both:
-        mem.enroll(ANA_LABEL, [face_probe(ANA, 2)], client="c")
+        mem.enroll(ANA_LABEL, [newcomer_probe(ANA, 2)], client="c")
     assert str(name.value) == str(face.value) == str(both.value)
     assert readable(name.value) == readable(face.value)
     assert ANA_LABEL.casefold() not in str(name.value).casefold() and str(ana.id) not in str(name.value)
     # The operator in-process, and an admin, are told which one collided.
     with pytest.raises(DuplicateLabelError):
-        mem.enroll(ANA_LABEL, [face_probe(CARA, 0)])
+        mem.enroll(ANA_LABEL, [newcomer_probe(CARA, 0)])
     with pytest.raises(AlreadyEnrolledError):
-        mem.enroll("Someone New", [face_probe(ANA, 2)])
+        mem.enroll("Someone New", [newcomer_probe(ANA, 2)])
     with pytest.raises(DuplicateLabelError):
-        mem.enroll(ANA_LABEL, [face_probe(CARA, 0)], client="admin-desk", admin=True)
+        mem.enroll(ANA_LABEL, [newcomer_probe(CARA, 0)], client="admin-desk", admin=True)
     with pytest.raises(AlreadyEnrolledError):
-        mem.enroll("Someone New", [face_probe(ANA, 2)], client="admin-desk", admin=True)
+        mem.enroll("Someone New", [newcomer_probe(ANA, 2)], client="admin-desk", admin=True)
     with pytest.raises(InconsistentSamplesError):  # about the samples alone: precise for everyone
-        mem.enroll("Visitor", [face_probe(CARA, 0), face_probe(BEN, 0)], client="d")
+        mem.enroll("Visitor", [newcomer_probe(CARA, 0), newcomer_probe(BEN, 0)], client="d")
 
 
 # ---- the surfaces: REST with an agent key and the page's controller --------------------------------
@@ -135,21 +136,21 @@ def api(limited):
         yield SimpleNamespace(mem=mem, enrol=enrol)
 
 
-def test_rest_replies_for_a_taken_name_and_an_enrolled_face_are_byte_identical_for_an_agent(api, capture):
-    taken = api.enrol(ANA_LABEL, capture(CARA, 0))
-    enrolled = api.enrol("Someone New", capture(ANA, 2))
+def test_rest_replies_for_a_taken_name_and_an_enrolled_face_are_byte_identical_for_an_agent(api, newcomer):
+    taken = api.enrol(ANA_LABEL, newcomer(CARA, 0))
+    enrolled = api.enrol("Someone New", newcomer(ANA, 2))
     assert taken.status_code == enrolled.status_code == 409
     assert taken.content == enrolled.content
     assert taken.json()["error"]["type"] == "EnrolmentRefusedError" and ANA_LABEL not in taken.text
-    admin_taken = api.enrol(ANA_LABEL, capture(CARA, 0), role="admin")
-    admin_enrolled = api.enrol("Someone New", capture(ANA, 2), role="admin")
+    admin_taken = api.enrol(ANA_LABEL, newcomer(CARA, 0), role="admin")
+    admin_enrolled = api.enrol("Someone New", newcomer(ANA, 2), role="admin")
     assert (admin_taken.json()["error"]["type"], admin_enrolled.json()["error"]["type"]) == \
         ("DuplicateLabelError", "AlreadyEnrolledError")
     assert [i.label for i in api.mem.identities()] == [ANA_LABEL]
 
 
-def test_rest_enrolment_tries_end_in_429(api, capture):
-    statuses = [api.enrol("Someone New", capture(ANA, 2)).status_code for _ in range(6)]
+def test_rest_enrolment_tries_end_in_429(api, newcomer):
+    statuses = [api.enrol("Someone New", newcomer(ANA, 2)).status_code for _ in range(6)]
     assert statuses == [409] * (AttemptLimits().misses // FACE_TAKEN_MISSES) + [429] * 2
 
 
@@ -166,12 +167,12 @@ def page_request(session: str) -> gr.Request:
     return gr.Request(session_hash=session, client=SimpleNamespace(host="198.51.100.20"), headers={})
 
 
-def test_page_replies_for_a_taken_name_and_an_enrolled_face_are_identical(limited, capture, tmp_path, monkeypatch):
+def test_page_replies_for_a_taken_name_and_an_enrolled_face_are_identical(limited, newcomer, tmp_path, monkeypatch):
     mem, _ = limited
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))
     page = Controller(mem, admin=False)
     replies = []
-    for n, (label, image) in enumerate([(ANA_LABEL, capture(CARA, 0)), ("Someone New", capture(ANA, 2))]):
+    for n, (label, image) in enumerate([(ANA_LABEL, newcomer(CARA, 0)), ("Someone New", newcomer(ANA, 2))]):
         with pytest.raises(gr.Error) as refused:
             friendly(page.enroll)(label, [upload(tmp_path, image, f"enrol{n}")], None, FACE,
                                   request=page_request(f"tab-{n}"))
@@ -179,7 +180,7 @@ def test_page_replies_for_a_taken_name_and_an_enrolled_face_are_identical(limite
     assert replies[0] == replies[1] and replies[0][0] == "Not enrolled" and ANA_LABEL not in replies[0][1]
     admin = Controller(mem, admin=True)
     titles = []
-    for n, (label, image) in enumerate([(ANA_LABEL, capture(CARA, 0)), ("Someone New", capture(ANA, 2))]):
+    for n, (label, image) in enumerate([(ANA_LABEL, newcomer(CARA, 0)), ("Someone New", newcomer(ANA, 2))]):
         with pytest.raises(gr.Error) as refused:
             friendly(admin.enroll)(label, [upload(tmp_path, image, f"admin{n}")], None, FACE,
                                    request=page_request("operator"))

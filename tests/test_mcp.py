@@ -22,10 +22,10 @@ from PIL import Image
 
 from biomem import BioMemory
 from biomem.engine.aio import AsyncBioMemory
-from biomem.engine.demo import DEMO_PALM_SEEDS, STRANGER_PALM_SEED, build_demo, demo_capture, demo_palm
+from biomem.engine.demo import build_demo
 from biomem.engine.keys import create_key, revoke_key
 from biomem.identity.limits import client_tag
-from biomem.identity.samples import group_photo_path
+from biomem.identity.samples import DEMO_PALM_SEEDS, STRANGER_PALM_SEED, demo_capture, demo_palm, group_photo_path
 from biomem.server.app import served
 from biomem.server.mcp import MCPApp, build_mcp
 
@@ -93,9 +93,10 @@ def error_text(result: CallToolResult) -> str:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory, text_encoder, face_encoder) -> Iterator[tuple[str, BioMemory]]:
-    """The demo store served through FastAPI at /mcp: (URL, engine)."""
+    """The demo store (its people enrolled as ordinary people, whose probes write) served through FastAPI at /mcp:
+    (URL, engine)."""
     mem = BioMemory(tmp_path_factory.mktemp("mcp") / "demo.db", text_model=text_encoder, encoder=face_encoder)
-    build_demo(mem)
+    build_demo(mem, sample=False)
     amem = AsyncBioMemory(mem, workers=2)
     try:
         with serving(fastapi_host(build_mcp(amem))) as url:
@@ -224,9 +225,10 @@ def palm_probe(seed: int, capture: int, modality: str | None = PALM) -> dict[str
 
 @pytest.fixture(scope="module")
 def with_palms(tmp_path_factory, text_encoder, face_encoder) -> Iterator[tuple[str, BioMemory, dict[str, int]]]:
-    """The demo store with each person's synthetic palm enrolled beside their face: (URL, engine, ids)."""
+    """The demo store with each person's synthetic palm enrolled beside their face (as ordinary people, whose
+    probes write): (URL, engine, ids)."""
     mem = BioMemory(tmp_path_factory.mktemp("mcp-palms") / "demo.db", text_model=text_encoder, encoder=face_encoder)
-    ids = build_demo(mem, palm_encoder=PALM)
+    ids = build_demo(mem, palm_encoder=PALM, sample=False)
     amem = AsyncBioMemory(mem, workers=2)
     try:
         with serving(fastapi_host(build_mcp(amem))) as url:

@@ -11,7 +11,8 @@ import pytest
 
 from biomem import BioMemory
 from biomem.engine.aio import AsyncBioMemory
-from biomem.engine.demo import build_demo, demo_capture
+from biomem.engine.demo import build_demo
+from biomem.identity.samples import demo_capture
 from biomem.server.mcp import build_mcp
 
 from .test_mcp import calls, error_text, fastapi_host, probe, serving, session
@@ -22,10 +23,11 @@ NEVER = 2**62  # a household id that never existed
 
 @pytest.fixture(scope="module")
 def flat(tmp_path_factory, text_encoder, face_encoder) -> Iterator[SimpleNamespace]:
-    """The demo store with a household "Flat" of Ana and Ben (Chloe is not in it), served at /mcp."""
+    """The demo store (its people enrolled as ordinary people, whose probes write) with a household "Flat" of Ana
+    and Ben (Chloe is not in it), served at /mcp."""
     mem = BioMemory(tmp_path_factory.mktemp("mcp-groups") / "g.db", text_model=text_encoder, encoder=face_encoder,
                     limits="off")
-    ids = build_demo(mem)
+    ids = build_demo(mem, sample=False)
     group = mem.create_group("Flat", probe=demo_capture(ANA, 0))
     mem.add_member(group.id, probe=demo_capture(ANA, 0), member_probe=demo_capture(BEN, 0))
     amem = AsyncBioMemory(mem, workers=2)

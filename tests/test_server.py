@@ -37,6 +37,7 @@ from biomem.identity.samples import group_photo_path
 from biomem.notes.llamacpp import free_port
 from biomem.server import create_app, served
 from biomem.server.auth import loopback
+from biomem.server.errors import MAX_MESSAGE
 from biomem.server.probes import MAX_BODY
 from biomem.settings import Settings
 from modalities.palmsynth import palm_capture
@@ -72,8 +73,9 @@ def faces(face_encoder) -> SimpleNamespace:
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def service(request, tmp_path_factory, text_encoder, face_encoder):
-    """The demo store (Ana, Ben, Chloe) with admin, agent, second-agent and revoked keys, served once on
-    each store: REST, MCP and the page, as `biomem serve` builds them."""
+    """The demo store (Ana, Ben, Chloe, enrolled as ordinary people: their probes write, where the demo's sample
+    people's would not, tests/test_samples_read_only.py) with admin, agent, second-agent and revoked keys, served
+    once on each store: REST, MCP and the page, as `biomem serve` builds them."""
     if request.param == "sqlite":
         location = tmp_path_factory.mktemp("server") / "s.db"
     else:
@@ -81,7 +83,7 @@ def service(request, tmp_path_factory, text_encoder, face_encoder):
         location = create_database(server, "server")
         request.addfinalizer(lambda: drop_database(server, location))
     mem = BioMemory(location, text_model=text_encoder, encoder=face_encoder, limits="off")
-    ids = build_demo(mem)
+    ids = build_demo(mem, sample=False)
     keys = {name: create_key(mem.store, name, "admin" if name == "admin" else "agent")[0]
             for name in ("admin", "agent", "other", "revoked")}
     revoke_key(mem.store, 4)
@@ -310,14 +312,14 @@ def test_update_and_delete_need_a_fresh_step_up_probe(service, faces):
 
 # ---- identities ---------------------------------------------------------------------------------------
 
-def test_enrol_then_forget_me_ends_the_session(service, faces, face_encoder):
-    photos = [png(demo_capture(3, 0)), png(usable_capture(face_encoder, 3, range(1, 40)))]
+def test_enrol_then_forget_me_ends_the_session(service, faces, newcomer):
+    photos = [png(newcomer(0, 0)), png(newcomer(0, 1))]
     files = [("images", (f"{i}.png", p, "image/png")) for i, p in enumerate(photos)]
     created = service.call("POST", "/identities", data={"label": "Dana"}, files=files)
     assert created.status_code == 201, created.text
     assert created.json()["label"] == "Dana" and created.json()["templates"] == 2
     before = written(service.mem)
-    someone_else = [("images", ("5.png", png(demo_capture(5, 0)), "image/png"))]
+    someone_else = [("images", ("5.png", png(newcomer(1, 0)), "image/png"))]
     for key in ("admin", "agent"):  # an admin is told which collided; an agent cannot tell them apart
         error_of(service.call("POST", "/identities", key=key, data={"label": "dana"}, files=someone_else), 409,
                  "DuplicateLabelError" if key == "admin" else "EnrolmentRefusedError")
@@ -337,8 +339,8 @@ def test_enrol_then_forget_me_ends_the_session(service, faces, face_encoder):
              "InvalidInputError")  # search never takes an identity, not even from an admin
 
 
-def test_an_admin_forgets_by_identity_id(service, face_encoder):
-    photos = [png(demo_capture(4, 0)), png(usable_capture(face_encoder, 4, range(1, 40)))]
+def test_an_admin_forgets_by_identity_id(service, newcomer):
+    photos = [png(newcomer(2, 0)), png(newcomer(2, 1))]
     created = service.call("POST", "/identities", json={"label": "Eve", "images": [b64(p) for p in photos]})
     assert created.status_code == 201, created.text
     reply = service.call("DELETE", f"/identities/{created.json()['id']}", key="admin")
@@ -497,6 +499,15 @@ def test_inputs_no_form_sends_are_a_422_that_keeps_the_connection_and_writes_not
     assert [record.getMessage() for record in tracebacks] == []
 
 
+def test_a_body_with_hundreds_of_bad_fields_gets_a_short_422_naming_the_first(service):
+    long_names = {f"field_{number}_" + "x" * 2_000: 1 for number in range(300)}  # each name a caller's own
+    response = service.call("POST", "/search", json={"query": "PIN", "user_id": "ana", **long_names})
+    message = error_of(response, 422, "InvalidInputError")["message"]
+    assert len(message) <= MAX_MESSAGE
+    assert message.lower().startswith("user_id: extra inputs are not permitted")
+    assert message.endswith(f"; and {301 - message.count('Extra inputs')} more")
+
+
 def test_an_llm_or_encoder_failure_is_502_or_503_and_a_fault_500_without_internals(service, faces):
     mem = service.mem
     with mock.patch.object(mem.llm, "answer", side_effect=LLMError("http://10.0.0.5:8080 refused")):
@@ -633,7 +644,7 @@ def _burst(url: str, key: str, tokens: dict[str, str], kill: threading.Event) ->
 def test_kill_9_in_a_burst_of_adds_loses_no_acknowledged_note(tmp_path, text_encoder, face_encoder, faces):
     db = str(tmp_path / "crash.db")
     with BioMemory(db, text_model=text_encoder, encoder=face_encoder) as mem:
-        ids = build_demo(mem)
+        ids = build_demo(mem, sample=False)
         key, _ = create_key(mem.store, "burst")
     log = open(tmp_path / "serve.log", "wb")
     port = free_port()

@@ -48,8 +48,8 @@ def written(mem: BioMemory) -> tuple:
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def house(request, tmp_path_factory, text_encoder, face_encoder):
-    """The demo store (Ana, Ben, Chloe) and Dana, an agent and an admin key, served (REST only) on each store;
-    raw calls and a client per key."""
+    """The demo store (Ana, Ben, Chloe, enrolled as ordinary people: their probes write) and Dana, an agent and
+    an admin key, served (REST only) on each store; raw calls and a client per key."""
     if request.param == "sqlite":
         location = tmp_path_factory.mktemp("groups") / "g.db"
     else:
@@ -57,7 +57,7 @@ def house(request, tmp_path_factory, text_encoder, face_encoder):
         location = create_database(server, "groups")
         request.addfinalizer(lambda: drop_database(server, location))
     mem = BioMemory(location, text_model=text_encoder, encoder=face_encoder, limits="off")
-    ids = build_demo(mem)
+    ids = build_demo(mem, sample=False)
     ids["Dana"] = mem.enroll("Dana", [demo_capture(DANA, 0), demo_capture(DANA, 1)]).id
     keys = {role: create_key(mem.store, role, role)[0] for role in ("agent", "admin")}
     fresh = {p: usable_capture(face_encoder, p, range(10, 40)) for p in (ANA, BEN, CHLOE, DANA, STRANGER)}

@@ -10,12 +10,20 @@ Roles, weakest first:
 
 A door's visibility (Gradio's `api_visibility`, a hidden tab) is never the check: anyone who reads
 the page's config can post to any event. A door missing from the table is refused, never open.
+
+Whatever the role, the demo's sample people are read-only to probes (check_writer): the page hands a
+capture of them to anyone, so a probe of Ana proves nothing about who shows it. Reading as them stays
+open; their memories, captures and households change only through the operator's calls by id.
 """
 
 from __future__ import annotations
 
-from ..errors import NotAuthorisedError
+from ..errors import NotAuthorisedError, SampleReadOnlyError
+from ..stores.records import Identity
 from ..vocabulary import ADMIN, AGENT, PUBLIC, ROLES
+
+SAMPLE_READ_ONLY = ("{label} is one of the demo's sample people: anyone can show {label}'s sample photo, so "
+                    "{label}'s memories are read-only here. Enrol yourself to try remembering and forgetting.")
 
 # The page: what the README declares public is probe-gated (ask, remember, compare, one's own notes
 # with fresh probes) or touches no memory (sample captures, the status line, views of one's own
@@ -26,6 +34,7 @@ PAGE: dict[str, str] = {
     "page:unlock": PUBLIC, "page:delete_note": PUBLIC, "page:forget": PUBLIC,
     # households: one's own (the probe's), founded and joined with fresh probes of everyone concerned
     "page:households": PUBLIC, "page:found_household": PUBLIC, "page:join_household": PUBLIC,
+    "page:leave_household": PUBLIC,
     "page:calibrate_samples": PUBLIC,
     "page:load_demo": AGENT, "page:enrol": AGENT,
     "page:calibrate_folder": ADMIN, "page:store_tau": ADMIN, "page:import_locomo": ADMIN,
@@ -70,3 +79,11 @@ def require(door: str, role: str, what: str = "This") -> None:
         need = required(door)
         raise NotAuthorisedError(f"{what} needs an {need} key; this caller's role is {role}." if need in ROLES
                                  else f"{what} is not offered here.")
+
+
+def check_writer(person: Identity) -> int:
+    """`person`'s id, for a change a probe proved; SampleReadOnlyError for a sample person, whose captures anyone
+    can show (a probe of them proves nothing)."""
+    if person.sample:
+        raise SampleReadOnlyError(SAMPLE_READ_ONLY.format(label=person.label))
+    return person.id

@@ -4,7 +4,9 @@
 (faces, and synthetic palms when a palm encoder is given), give them look-alike memories and
 one household that shares a Wi-Fi password among all three and a surprise party with everyone
 but Chloe, then ask the same question as each of them and as a stranger: each gets only their
-own memories and their household's, the stranger none.
+own memories and their household's, the stranger none. The page hands anyone a capture of them (the
+sample buttons), so they are sample identities: any probe reads as them, none changes them
+(biomem.engine.access.check_writer), and no requester enrols a sample face (biomem.identity.enrolment).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 import modalities
 
 from ..errors import BioMemError, InvalidInputError, MultipleFacesError, NoFaceError
-from ..identity.samples import augment, face_crops
+from ..identity.samples import DEMO_PALM_SEEDS, SAMPLE_PEOPLE, STRANGER, demo_capture, demo_palm
 from ..stores.records import Group
 from .memory import BioMemory
 
@@ -50,34 +52,6 @@ DEMO_SHARED: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("The Wi-Fi password is tulip-river-42", "2024-03-01T20:00:00", "Ana", ()),
     ("Chloe's surprise party is on Saturday", "2024-03-08T21:30:00", "Ben", ("Chloe",)),
 ]
-STRANGER = 6  # index into face_crops(): a person who is never enrolled
-# Synthetic palm identity seeds (modalities.palmsynth) of the demo people and the stranger.
-DEMO_PALM_SEEDS = {"Ana": 1, "Ben": 2, "Chloe": 3}
-STRANGER_PALM_SEED = 99
-LOCOMO_FACES = (3, 4, 5)  # sample faces left for imported conversations (palms have no limit)
-LOCOMO_PALM_BASE = 100
-
-
-def locomo_sample(index: int) -> str:
-    """The sample person an imported LoCoMo conversation `index` (0-based) is given."""
-    return f"LoCoMo {index + 1}"
-
-
-# Sample people a visitor can "be" without a camera: a face (face_crops() index, or None) and a
-# synthetic palm (modalities.palmsynth identity seed). Ana, Ben and Chloe are the demo store's
-# people; the stranger is never enrolled; the LoCoMo samples go to imported conversations.
-SAMPLE_PEOPLE: dict[str, tuple[int | None, int]] = {
-    **{label: (face, DEMO_PALM_SEEDS[label]) for face, label in enumerate(DEMO_PEOPLE)},
-    "Stranger": (STRANGER, STRANGER_PALM_SEED),
-    **{locomo_sample(i): (LOCOMO_FACES[i] if i < len(LOCOMO_FACES) else None, LOCOMO_PALM_BASE + i)
-       for i in range(10)},
-}
-
-
-def demo_capture(person: int, seed: int) -> np.ndarray:
-    """Another capture of sample person `person` (seed 0: the photo itself)."""
-    face = face_crops()[person]
-    return face if seed == 0 else augment(face, seed=1000 * person + seed)
 
 
 def usable_capture(encoder: modalities.Encoder, person: int, seeds: Iterable[int]) -> np.ndarray:
@@ -93,13 +67,6 @@ def usable_capture(encoder: modalities.Encoder, person: int, seeds: Iterable[int
     raise NoFaceError(f"{encoder.name} found no single face in the captures tried of sample person {person}")
 
 
-def demo_palm(seed: int, capture: int) -> np.ndarray:
-    """A synthetic palm ROI of identity `seed` (capture 0: the canonical rendering)."""
-    from modalities.palmsynth import palm_capture
-
-    return palm_capture(seed, capture)
-
-
 def sample_capture(mem: BioMemory, person: str, modality: str | None = None) -> np.ndarray:
     """A fresh capture of sample person `person`: a face photo or a palm ROI, by the kind of
     `modality` (default the store's); never one of the demo's two enrolment captures."""
@@ -107,7 +74,9 @@ def sample_capture(mem: BioMemory, person: str, modality: str | None = None) -> 
         raise InvalidInputError(f"no sample person {person!r}")
     face, palm = SAMPLE_PEOPLE[person]
     encoder = mem.encoder(modality)
-    seeds = [secrets.randbelow(39) + 2 for _ in range(8)]
+    # Seeds from a wide range: Gradio's cache names a file by its content, so two visitors handed the same
+    # capture would share one file, and the first to use it would delete it from under the other.
+    seeds = [secrets.randbelow(2**31) + 2 for _ in range(8)]
     if encoder.info.kind == "palm":
         return demo_palm(palm, seeds[0])
     if face is None:
@@ -161,15 +130,19 @@ def build_household(mem: BioMemory, ids: dict[str, int]) -> Group:
     return mem.store.group(home.id)
 
 
-def build_demo(mem: BioMemory, palm_encoder: str | None = None, *, household: bool = False) -> dict[str, int]:
+def build_demo(mem: BioMemory, palm_encoder: str | None = None, *, household: bool = False,
+               sample: bool = True) -> dict[str, int]:
     """Enrol the demo people not yet enrolled (faces, plus synthetic palms through `palm_encoder` when
     given) with their memories, and with `household` their household when there is none (the page's
-    and `biomem demo`'s store; tests of one person's isolation leave it out); returns label -> identity id."""
+    and `biomem demo`'s store; tests of one person's isolation leave it out); returns label -> identity id.
+    They are sample people, read-only to probes since the page hands out their captures; `sample=False`
+    enrols ordinary people under their names instead, whose own probes may change their memories (a store
+    whose requesters' writes are under test)."""
     ids = demo_people(mem)
     for person, (label, memories) in enumerate(DEMO_PEOPLE.items()):
         if label in ids:
             continue
-        identity = mem.enroll(label, [demo_capture(person, 0), demo_capture(person, 1)], sample=True)
+        identity = mem.enroll(label, [demo_capture(person, 0), demo_capture(person, 1)], sample=sample)
         if palm_encoder:
             seed = DEMO_PALM_SEEDS[label]
             mem.add_templates(identity.id, [demo_palm(seed, 0), demo_palm(seed, 1)], palm_encoder)

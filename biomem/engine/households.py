@@ -9,7 +9,9 @@
 A group is an identity of kind "group": it has no templates, so no probe ever matches it, and its notes live
 in its own partition, so linking and evolution never mix a group's notes with a person's. A person's reach is
 their own partition plus their groups', read from the store at every call: a removal takes effect on the next
-query. A non-member naming a group gets GroupNotFoundError, as for a group that does not exist.
+query. A non-member naming a group gets GroupNotFoundError, as for a group that does not exist. A probe of one of
+the demo's sample people founds, joins, invites to and leaves nothing (SampleReadOnlyError, biomem.engine.access):
+anyone can show their captures.
 """
 
 from __future__ import annotations
@@ -27,14 +29,15 @@ from .sessions import Sessions
 
 class Households:
     """BioMemory's group calls. Probe-keyed calls are a requester's (founding, inviting and removing need
-    the step-up match); identity=/operator=True calls are the trusted operator's."""
+    the step-up match of a person who is not a sample person); identity=/operator=True calls are the trusted
+    operator's."""
 
     store: MemoryStore
     partitions: SearchIndex
     sessions: Sessions
     llm: Any
     _owner: Any
-    verify: Any
+    prove: Any  # BioMemory.prove: verify, refusing a sample person
 
     def create_group(self, label: str, *, probe: Any = None, identity: int | None = None,
                      client: Clients = None) -> Group:
@@ -44,7 +47,7 @@ class Households:
         if (identity is None) == (probe is None):
             raise InvalidInputError("create_group() takes exactly one of probe= or identity=")
         founder = self.store.person(identity).id if identity is not None else \
-            self.verify(probe, "Founding a household", client=client)
+            self.prove(probe, "Founding a household", client=client)
         self._check_new_label(founder, label)
         return self.store.group(self.store.add_group(label, [founder]).id)
 
@@ -62,8 +65,8 @@ class Households:
             if probe is None or member_probe is None:
                 raise InvalidInputError("add_member() needs the inviting member's probe= and the newcomer's "
                                         "member_probe=: nobody joins a household without showing up")
-            found = self._member_group(self.verify(probe, "Inviting someone", client=client), group)
-            newcomer = self.verify(member_probe, "Joining a household", client=client)
+            found = self._member_group(self.prove(probe, "Inviting someone", client=client), group)
+            newcomer = self.prove(member_probe, "Joining a household", client=client)
         if newcomer in found.members:
             raise InvalidInputError(f"{found.member_labels[found.members.index(newcomer)]} is already a member")
         self._check_new_label(newcomer, found.label)
@@ -108,7 +111,7 @@ class Households:
             raise InvalidInputError("pass either a member's probe= or operator=True")
         if operator:
             return self.store.group(group)
-        return self._member_group(self.verify(probe, action, client=client), group)
+        return self._member_group(self.prove(probe, action, client=client), group)
 
     def _member_group(self, person: int, group: int) -> Group:
         """The group if `person` is a member; GroupNotFoundError otherwise (as if it did not exist)."""

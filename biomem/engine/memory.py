@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -33,8 +33,10 @@ from ..errors import (
 from ..identity.biometrics import Biometrics, Clients
 from ..identity.disclosure import gate_view, kept_out_view, people_view
 from ..identity.encoders import EncoderCache
+from ..identity.enrolment import Reserved
 from ..identity.gate import Gate, GateResult
 from ..identity.limits import AttemptLimiter
+from ..identity.samples import sample_people_captures
 from ..notes.agent import MemoryAgent
 from ..notes.llm import LLM, answer_prompt, fit_notes, make_llm
 from ..notes.textenc import TextEncoder, default_onnx_cache
@@ -45,6 +47,7 @@ from ..stores.base import Within
 from ..stores.filters import Filter, check_metadata, parse_filters
 from ..stores.records import Identity, Note, check_id
 from ..vocabulary import DISCLOSURES, FUSIONS, POLICIES, AttemptLimits
+from .access import check_writer
 from .checks import (
     check_budget,
     check_k,
@@ -108,7 +111,9 @@ class BioMemory(Households, Biometrics):
 
     Calls keyed by a probe are the requester's surface (the UI and API use only these);
     calls keyed by identity= (add, add_many, add_templates without probe, forget) are the
-    trusted operator's, for imports and administration.
+    trusted operator's, for imports and administration. A probe of one of the demo's sample people
+    reads as them but changes nothing (biomem.engine.access.check_writer), and no requester enrols a
+    sample person's capture (biomem.identity.enrolment.Reserved).
     """
 
     def __init__(self, path: str | os.PathLike = "biomem.db", *,
@@ -153,6 +158,7 @@ class BioMemory(Households, Biometrics):
         self.llm = make_llm(llm, self.text, settings)
         self.agent = MemoryAgent(self.store, self.partitions, self.text, self.llm)
         self._enrolling = threading.Lock()  # check-then-insert of enrolments is one step
+        self.reserved = Reserved(sample_people_captures)  # encoded at a requester's first enrolment, not here
         self.sessions = Sessions()  # open requester sessions (see session())
 
     @classmethod
@@ -212,7 +218,7 @@ class BioMemory(Households, Biometrics):
             raise InvalidInputError("forget() takes exactly one of probe= or identity=")
         if self.store.erasure_pending:
             self.finish_erasure(timeout)
-        owner = self.verify(probe, "Forgetting you", client=client) if probe is not None \
+        owner = self.prove(probe, "Forgetting you", client=client) if probe is not None \
             else self.store.person(identity).id
         self.sessions.end_all(owner)
         touched: list[int] = []
@@ -224,6 +230,19 @@ class BioMemory(Households, Biometrics):
                 self.llm.drop_owner(erased)
         self.store.checkpoint(timeout)
         return owner
+
+    def prove(self, probe: Any, action: str = "this change", *, client: Clients = None) -> int:
+        """The person a fresh step-up `probe` proves, for a change it asks (verify); SampleReadOnlyError for one of
+        the demo's sample people, whose captures anyone can show (biomem.engine.access.check_writer)."""
+        return check_writer(self.store.identity(self.verify(probe, action, client=client)))
+
+    def add_templates(self, identity_id: int, samples: Iterable[Any], modality: str | None = None, *,
+                      probe: Any = None, client: Clients = None) -> None:
+        """Biometrics.add_templates; with `probe`, refused first when `identity_id` is a sample person, whose
+        captures no probe may change (biomem.engine.access.check_writer)."""
+        if probe is not None:
+            check_writer(self.store.identity(identity_id))
+        super().add_templates(identity_id, samples, modality, probe=probe, client=client)
 
     def finish_erasure(self, timeout: float = 10.0) -> None:
         """Finish a forget that ForgetIncompleteError interrupted: wait up to `timeout` s for other
@@ -245,6 +264,8 @@ class BioMemory(Households, Biometrics):
         if (identity is None) == (probe is None):
             raise InvalidInputError("add() takes exactly one of identity= or probe=")
         writer = self.store.identity(identity if identity is not None else self._owner(probe, client))
+        if probe is not None:
+            check_writer(writer)
         owner, author, hidden = self._placement(writer, scope, hidden_from)
         (note_id,) = self.agent.ingest(owner, [text], [when], infer=bool(infer), author=author,
                                        metadata=metadata, hidden_from=hidden)
@@ -454,7 +475,7 @@ class BioMemory(Households, Biometrics):
         """Rewrite one of the requester's notes, or a group note they wrote (step-up probe; analysed and
         embedded again)."""
         note_id, text = check_id(note_id), check_note(text)  # bad input costs no probe encoding
-        return self.update_as(self.verify(probe, "Changing a note", client=client), note_id, text)
+        return self.update_as(self.prove(probe, "Changing a note", client=client), note_id, text)
 
     def update_as(self, person: int, note_id: int, text: str) -> Note:
         """update() for a person a fresh step-up probe already proved (a requester session's)."""
@@ -475,7 +496,7 @@ class BioMemory(Households, Biometrics):
         `timeout` s for other connections' readers, as forget does).
         """
         note_id = check_id(note_id)  # a bad id costs no probe encoding
-        return self.delete_as(self.verify(probe, "Deleting a note", client=client), note_id,
+        return self.delete_as(self.prove(probe, "Deleting a note", client=client), note_id,
                               keep_history=keep_history, timeout=timeout)
 
     def delete_as(self, person: int, note_id: int, *, keep_history: bool = False, timeout: float = 10.0) -> Note:

@@ -7,6 +7,9 @@
         me.delete(7, probe=fresh)             # destructive: a fresh step-up probe of the same person
         me.forget(probe=fresh)                # as is erasing the person
 
+A session of one of the demo's sample people reads as them and changes nothing (SampleReadOnlyError,
+biomem.engine.access): anyone can show their captures.
+
 A session expires after `ttl` seconds (default 120), ends when closed, and ends at once when
 its person is forgotten (in this process; another process's forget ends it on the next call,
 when the identity is gone). Ids are never reused (AUTOINCREMENT), so a stale session can never
@@ -28,6 +31,7 @@ from ..identity.biometrics import Clients
 from ..identity.gate import GateResult
 from ..stores import MemoryStore
 from ..stores.records import Group, Note, check_id
+from .access import check_writer
 from .checks import check_page
 from .results import Answer, SearchResult
 
@@ -90,6 +94,10 @@ class Session:
             raise SessionExpiredError("this session's person was forgotten") from None
         return self.identity
 
+    def _writer(self) -> int:
+        """The owner, if this session is still good and may change what they own (never a sample person's)."""
+        return check_writer(self.mem.store.identity(self._owner()))
+
     def close(self) -> None:
         """End the session (also on leaving a `with` block)."""
         self.closed = True
@@ -134,14 +142,15 @@ class Session:
 
     def add(self, text: str, *, scope: int | None = None, hidden_from: Any = (),
             metadata: dict[str, Any] | None = None, timestamp: Any = None, infer: bool = True) -> Note:
-        return self.mem.add(text, identity=self._owner(), scope=scope, hidden_from=hidden_from, metadata=metadata,
+        return self.mem.add(text, identity=self._writer(), scope=scope, hidden_from=hidden_from, metadata=metadata,
                             timestamp=timestamp, infer=infer)
 
     # ---- changes: a fresh step-up probe of the same person, every time ----------------------
 
     def _fresh(self, probe: Any, action: str) -> int:
-        """The owner, once `probe` proved them by step-up (verified once: one encoding, one limiter check)."""
-        owner = self._owner()
+        """The owner, once `probe` proved them by step-up (verified once: one encoding, one limiter check); a sample
+        person's session is refused before any probe is read."""
+        owner = self._writer()
         if self.mem.verify(probe, action, client=self.client) != owner:
             raise StepUpRequiredError(f"{action} needs a fresh probe of this session's person: nothing was changed")
         return owner

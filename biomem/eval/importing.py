@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine.demo import LOCOMO_FACES, SAMPLE_PEOPLE, demo_capture, demo_palm, locomo_sample
 from ..engine.memory import BioMemory
 from ..errors import InvalidInputError
+from ..identity.samples import LOCOMO_FACES, SAMPLE_PEOPLE, demo_capture, demo_palm, locomo_sample
 from .locomo_data import load_locomo
 
 BATCH = 128  # turns stored per add_many call (one progress step each)

@@ -20,6 +20,8 @@ from ..errors import (
     InconsistentSamplesError,
     InvalidInputError,
     ModalityMismatchError,
+    ModelUnavailableError,
+    SampleCaptureError,
     StepUpRequiredError,
     UnknownIdentityError,
     UnknownModalityError,
@@ -30,9 +32,11 @@ from .bursts import Burst, fuse_frames
 from .encoders import EncoderCache
 from .enrolment import (
     FACE_TAKEN_MISSES,
+    Reserved,
     check_captures_fit,
     check_label,
     check_not_enrolled,
+    check_not_reserved,
     check_one_person,
     check_room,
     identification_risk,
@@ -58,6 +62,7 @@ class Biometrics:
     disclosure: str  # "private" or "demo" (biomem.identity.disclosure): "demo" shows every score
     _encoders: EncoderCache
     _enrolling: threading.Lock  # check-then-insert of enrolments is one step
+    reserved: Reserved  # captures no requester may enrol: the demo's sample people's (biomem.identity.samples)
 
     def encoder(self, modality: str | None = None) -> modalities.Encoder:
         """The (cached) encoder of `modality`, default the store's."""
@@ -238,11 +243,12 @@ class Biometrics:
         when that person is already enrolled (AlreadyEnrolledError), when the label is taken
         (DuplicateLabelError) or when one more person would take the false-positive identification rate
         at a calibrated τ past the target (EnrolmentLimitError, never a miss). sample: mark a demo
-        person, whom the "demo" disclosure may show.
+        person, whom the "demo" disclosure may show and whose memories no probe may change.
         client: a requester's keys for attempt limits: the enrolment is then a gated attempt (refused
         before any encoding in a cool-down; each refusal a miss, an enrolled face FACE_TAKEN_MISSES),
-        and a taken label and an enrolled face are both EnrolmentRefusedError unless `admin` (the
-        caller holds an admin key or the admin page).
+        a capture of one of the demo's sample people is refused (SampleCaptureError, whether or not
+        they are enrolled), and a taken label and an enrolled face are both EnrolmentRefusedError unless
+        `admin` (the caller holds an admin key or the admin page).
         """
         label = check_label(label)
         self.limiter.check(client)
@@ -260,6 +266,8 @@ class Biometrics:
         except InconsistentSamplesError:
             self.limiter.miss(client)
             raise
+        if client is not None and not sample:
+            self._check_not_reserved(probes, client)
         precise = client is None or admin
         with self._enrolling:
             try:
@@ -279,7 +287,8 @@ class Biometrics:
         """Add captures to an identity: each must be that person's and nobody else's.
 
         With `probe`, the requester proves by step-up that they are `identity_id` (the way to
-        add a first palm to a face-enrolled identity); without it, a trusted operator call.
+        add a first palm to a face-enrolled identity), and no capture may be a sample person's
+        (SampleCaptureError); without it, a trusted operator call.
         """
         identity_id = self.store.identity(identity_id).id
         if probe is not None and self.verify(probe, "Adding captures", client=client) != identity_id:
@@ -288,6 +297,9 @@ class Biometrics:
         if not probes:
             raise InvalidInputError("add_templates needs at least one sample")
         self._check_dims(probes)
+        if probe is not None:
+            for name in {p.modality for p in probes}:
+                self._check_not_reserved([p for p in probes if p.modality == name], client)
         with self._enrolling:
             own = set(self.store.modalities(identity_id))
             for name in {p.modality for p in probes}:
@@ -300,6 +312,20 @@ class Biometrics:
                 for name in {p.modality for p in probes}:
                     self.store.add_templates(identity_id, name,
                                              np.stack([p.embedding for p in probes if p.modality == name]))
+
+    def _check_not_reserved(self, probes: list[Probe], client: Clients) -> None:
+        """A requester's captures of one modality must show none of the demo's sample people, whose captures anyone
+        can show (SampleCaptureError, a miss); the sample people's templates are encoded on first need."""
+        name = probes[0].modality
+        try:
+            encoder = self.encoder(name)
+        except (UnknownModalityError, ModelUnavailableError):
+            return  # precomputed templates of a modality this server cannot encode: no sample of it to compare
+        try:
+            check_not_reserved(probes, self.reserved.templates(encoder), self.threshold(name), encoder.info.kind)
+        except SampleCaptureError:
+            self.limiter.miss(client)
+            raise
 
     def _check_dims(self, probes: Sequence[Probe]) -> None:
         """Templates of a registered encoder have its dimension: a first, wrong-sized template would

@@ -5,7 +5,11 @@ Checked in the engine, so the UI, the CLI and the API all get the same rules:
 - every pair of samples in one enrolment must match at τ (one person per enrolment);
 - a new enrolment must match nobody already enrolled (never says whom);
 - captures added to an identity must match its templates of that modality at τ (when it
-  has some) and must match no other identity at τ or better than their own.
+  has some) and must match no other identity at τ or better than their own;
+- a requester's captures (an enrolment with attempt-limit keys, captures added by probe) must match none
+  of the reserved templates at τ: the demo's sample people (biomem.identity.samples), enrolled or not,
+  whose captures the page hands to anyone, so they are nobody's own (SampleCaptureError). The operator
+  in-process (the demo build, imports, the CLI) enrols whom it chooses, sample people as sample identities.
 
 An enrolment a requester makes (one with attempt-limit keys) is a gated attempt: a refusal by
 these checks, or by a taken label, is a miss for that client, and a face that already belongs
@@ -26,10 +30,14 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import unicodedata
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+
+import modalities
 
 from ..errors import (
     AlreadyEnrolledError,
@@ -39,6 +47,7 @@ from ..errors import (
     EnrolmentRefusedError,
     InconsistentSamplesError,
     InvalidInputError,
+    SampleCaptureError,
 )
 from .gate import Gate, Probe
 
@@ -102,6 +111,40 @@ def check_not_enrolled(gate: Gate, probes: list[Probe], tau: float) -> None:
         if len(best) and float(best.max()) >= tau:
             raise AlreadyEnrolledError("this person is already enrolled: nobody new was enrolled "
                                        "(use your existing identity)")
+
+
+class Reserved:
+    """Templates no requester may enrol, per modality: the captures `captures` gives for an encoder kind (the demo's
+    sample people's), encoded once, at the first requester's enrolment of that modality, and kept."""
+
+    def __init__(self, captures: Callable[[str], Sequence[Any]]) -> None:
+        self.captures = captures
+        self._templates: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()  # one encoding per modality, however many enrolments wait for it
+
+    def templates(self, encoder: modalities.Encoder) -> np.ndarray:
+        """The reserved unit vectors of `encoder`'s modality, one row each (no rows when its kind has none)."""
+        with self._lock:
+            if encoder.name not in self._templates:
+                self._templates[encoder.name] = self._encode(encoder)
+            return self._templates[encoder.name]
+
+    def _encode(self, encoder: modalities.Encoder) -> np.ndarray:
+        vectors = []
+        for capture in self.captures(encoder.info.kind):
+            try:
+                vectors.append(np.asarray(encoder.encode(capture), dtype=np.float32))
+            except InvalidInputError:  # a detector misses a few augmented captures, as it would a badly framed shot
+                continue
+        matrix = np.stack(vectors) if vectors else np.zeros((0, encoder.info.dim), dtype=np.float32)
+        return matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+
+
+def check_not_reserved(probes: list[Probe], reserved: np.ndarray, tau: float, kind: str) -> None:
+    """No sample may match a reserved template (a sample person's, of an encoder of `kind`) at τ."""
+    for probe in probes:
+        if len(reserved) and float((reserved @ probe.embedding).max()) >= tau:
+            raise SampleCaptureError(f"this is one of the demo's sample people: sample {kind}s cannot be enrolled")
 
 
 def check_captures_fit(gate: Gate, identity_id: int, probes: list[Probe], tau: float, *,

