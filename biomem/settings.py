@@ -18,8 +18,10 @@ always from the process environment.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -44,6 +46,7 @@ ENGINE, CLI, APP, SERVE = "engine", "CLI", "app", "serve"  # serve: `biomem serv
 EVERYWHERE = (ENGINE, CLI, APP)
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
+HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?")  # a DNS name: letters, digits, -, _ and dots
 
 
 # ---- parsing one value ----------------------------------------------------------------------------
@@ -146,6 +149,30 @@ def _taus(text: str) -> dict[str | None, float]:
             raise ValueError(f"τ is a cosine and must lie in [-1, 1], got {tau}")
         taus[modality] = tau
     return taus
+
+
+def _host_names(text: str) -> tuple[str, ...]:
+    """"name,name": host names or IP addresses as a browser's address bar shows them, without scheme, port or path."""
+    names = []
+    for item in filter(None, (part.strip().lower() for part in text.split(","))):
+        if not HOST_NAME.fullmatch(item) and not _address(item.removeprefix("[").removesuffix("]")):
+            raise ValueError(f"{item!r} is not a host name: give names such as kiosk.lan or 192.168.1.5, "
+                             "without a scheme, port or path, separated by commas")
+        names.append(item)
+    return tuple(names)
+
+
+def _address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _allowed_hosts(env: Environ) -> tuple[str, ...]:
+    return (_parsed(env, "BIOMEM_ALLOWED_HOSTS", _host_names, ())
+            + _parsed(env, "SPACE_HOST", _host_names, ()))
 
 
 def _on_space(env: Environ) -> bool:
@@ -272,9 +299,15 @@ class Settings:
         ("BIOMEM_ADMIN",), "allow server-side actions: LoCoMo import from a path, folder calibration, "
         "storing τ", "off, on every launch path", (APP, SERVE), lambda env: _parsed(env, "BIOMEM_ADMIN", _flag, False))
     trust_proxy: bool = _setting(
-        ("BIOMEM_TRUST_PROXY",), "client address (for attempt limits) from the last `X-Forwarded-For` hop",
+        ("BIOMEM_TRUST_PROXY",), "client address (for attempt limits) from the last `X-Forwarded-For` hop "
+        "(off: the socket's peer, whatever that header says)",
         "on on a Space, else off", (APP, SERVE),
         lambda env: _parsed(env, "BIOMEM_TRUST_PROXY", _flag, _on_space(env)))
+    allowed_hosts: tuple[str, ...] = _setting(
+        ("BIOMEM_ALLOWED_HOSTS", "SPACE_HOST"), "names besides `localhost`, `127.0.0.1`, `[::1]` and the bind address "
+        "(unless `0.0.0.0`) that the page, and a keyless REST caller, may be reached by, comma-separated: any other "
+        "Host or Origin is refused (DNS rebinding, cross-site posts; see Security model)",
+        "none; on a Space its own name (`SPACE_HOST`, set by Hugging Face)", (APP, SERVE), _allowed_hosts)
     locomo: str = _setting(
         ("BIOMEM_LOCOMO",), "path offered for the LoCoMo import", "empty", (APP, SERVE),
         lambda env: _raw(env, "BIOMEM_LOCOMO") or "")

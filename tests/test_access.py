@@ -87,10 +87,10 @@ def test_every_route_opens_only_for_its_role(keyed):
     assert mem.store.counts() == before
 
 
-def call_event(url: str, fn_index: int, data: list, session: str) -> dict:
-    """One page event called the way an outsider would: POST to Gradio's queue (no browser, no key),
-    then read the stream to the event's last message."""
-    joined = httpx.post(f"{url}gradio_api/queue/join", json={
+def call_event(url: str, fn_index: int, data: list, session: str, headers: dict[str, str] | None = None) -> dict:
+    """One page event called the way an outsider would: POST to Gradio's queue (no browser, no key; `headers`
+    added to the POST), then read the stream to the event's last message."""
+    joined = httpx.post(f"{url}gradio_api/queue/join", headers=headers, json={
         "data": data, "fn_index": fn_index, "session_hash": session, "event_data": None, "trigger_id": None})
     assert joined.status_code == 200, joined.text
     with httpx.stream("GET", f"{url}gradio_api/queue/data?session_hash={session}", timeout=120) as events:

@@ -7,6 +7,7 @@ left in Gradio's cache, a crafted upload path) and shows that it fails now.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import gradio as gr
@@ -21,6 +22,9 @@ import app
 from biomem import BioMemory
 from biomem.engine.demo import DEMO_PEOPLE, build_demo, demo_capture, demo_household
 from biomem.engine.keys import create_key
+from biomem.engine.origins import admitted, served_names
+from biomem.errors import InvalidInputError
+from biomem.settings import Settings
 from biomem.ui import Controller, uploads
 from biomem.ui.messages import friendly
 from tests.test_access import call_event
@@ -119,6 +123,79 @@ def test_admin_actions_are_off_for_an_anonymous_client(demo_store, tmp_path, mon
                            or "Not authorised" in line)
         assert "Not authorised" in text and "needs an admin key" in text
     assert mem.threshold("face-arcface-s") == tau
+
+
+def door_index(page: gr.Blocks, name: str) -> int:
+    """The fn_index of the page event whose handler is the door `name` (biomem.ui.doors)."""
+    return next(i for i, fn in page.fns.items() if getattr(fn.fn, "door", None) == name)
+
+
+def test_another_site_s_page_cannot_drive_the_page_through_dns_rebinding(tmp_path, text_encoder, face_encoder,
+                                                                        monkeypatch):
+    """A page of evil.example whose name the attacker re-points at 127.0.0.1 posts Load demo to the queue with its
+    own Host; a cross-site post carries its own Origin. Either is refused before the handler runs, and the store
+    stays empty. The page's local names, a name in BIOMEM_ALLOWED_HOSTS and a Space's own SPACE_HOST are served."""
+    for name in ("GRADIO_SERVER_NAME", "SPACE_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("BIOMEM_ALLOWED_HOSTS", "kiosk.lan")
+    monkeypatch.setenv("SPACE_HOST", "someone-bio-memory.hf.space")
+    mem = BioMemory(tmp_path / "empty.db", text_model=text_encoder, encoder=face_encoder)
+    with served_app(mem, tmp_path / "cache") as served:
+        load, port = door_index(served.demo, "page:load_demo"), httpx.URL(served.url).port
+
+        def post(session: str, headers: dict[str, str]) -> dict:
+            return call_event(served.url, load, ["face-arcface-s"], session, headers)
+
+        for n, foreign in enumerate(({"Host": f"evil.example:{port}"}, {"Origin": f"http://evil.example:{port}"},
+                                     {"Host": "kiosk.lan", "Origin": "http://evil.example"}, {"Origin": "null"})):
+            refused = post(f"rebound-{n}", foreign)
+            assert refused["success"] is False and "answers only at its own address" in json.dumps(refused), foreign
+        assert mem.identities() == []
+        assert post("local", {"Host": f"localhost:{port}", "Origin": f"http://127.0.0.1:{port}"})["success"]
+        assert {i.label for i in mem.identities()} >= set(DEMO_PEOPLE)
+        for host in ("kiosk.lan", "someone-bio-memory.hf.space"):
+            assert post(host, {"Host": host, "Origin": f"https://{host}"})["success"], host
+    mem.close()
+
+
+def test_the_names_a_request_may_reach_this_server_by():
+    """biomem.engine.origins, the one check of the page and of a keyless REST caller: loopback names, the bind
+    address unless it is every address, BIOMEM_ALLOWED_HOSTS and SPACE_HOST; ports and case do not matter."""
+    settings = Settings.from_env({"GRADIO_SERVER_NAME": "192.168.1.5", "BIOMEM_ALLOWED_HOSTS": "Kiosk.LAN,[FE80::1]",
+                                  "SPACE_HOST": "someone-bio-memory.hf.space"})
+    names = served_names(settings)
+    assert names == {"192.168.1.5", "kiosk.lan", "fe80::1", "someone-bio-memory.hf.space"}
+    assert served_names(dataclasses.replace(settings, host="0.0.0.0", allowed_hosts=())) == frozenset()
+    for headers in ({"host": "localhost:7860"}, {"host": "127.0.0.1", "origin": "http://[::1]:7860"},
+                    {"host": "KIOSK.lan:80", "origin": "https://kiosk.lan"}, {"host": "[fe80:0::1]:7860"},
+                    {"host": "192.168.1.5:7860"}, {"host": "someone-bio-memory.hf.space"}, {}):
+        assert admitted(headers, names), headers
+    for headers in ({"host": "evil.example"}, {"host": "localhost", "origin": "http://evil.example"},
+                    {"host": "localhost", "origin": "null"}, {"host": "kiosk.lan.evil.example"}, {"host": ""},
+                    {"host": "192.168.1.6"}):
+        assert not admitted(headers, names), headers
+    with pytest.raises(InvalidInputError, match="BIOMEM_ALLOWED_HOSTS"):
+        Settings.from_env({"BIOMEM_ALLOWED_HOSTS": "http://kiosk.lan:8080"})
+
+
+def test_a_forged_x_forwarded_for_from_loopback_does_not_change_the_attempt_limit_key(demo_store, tmp_path):
+    """Gradio's uvicorn would take the client address from the X-Forwarded-For of any loopback peer: a local
+    program, or a web page through DNS rebinding, could pick a fresh attempt-limit key for every probe. The key
+    is the socket's peer unless BIOMEM_TRUST_PROXY says a proxy sets that header."""
+    mem = demo_store()
+    stranger = png(tmp_path, demo_capture(6, 3), "stranger")
+    keys: list[list[str]] = []
+    check = mem.limiter.check
+    mem.limiter.check = lambda clients: keys.append(list(clients or [])) or check(clients)
+    forged = {"X-Forwarded-For": "203.0.113.9"}
+    with served_app(mem, tmp_path / "cache") as served:
+        assert ask(Client(served.url, verbose=False, headers=forged), stranger)["gate"]["matched"] is False
+    assert keys and all("address:127.0.0.1" in k and "address:203.0.113.9" not in k for k in keys), keys
+    keys.clear()
+    behind_proxy = dataclasses.replace(Settings.from_env(), trust_proxy=True)
+    with served_app(mem, tmp_path / "proxied", settings=behind_proxy) as served:
+        assert ask(Client(served.url, verbose=False, headers=forged), stranger)["gate"]["matched"] is False
+    assert keys and all("address:203.0.113.9" in k for k in keys), keys
 
 
 def test_the_server_binds_localhost_unless_told_and_honours_gradio_s_variables(monkeypatch):

@@ -30,9 +30,10 @@ from fastapi.staticfiles import StaticFiles
 from .. import __version__
 from ..engine.aio import AsyncBioMemory
 from ..engine.memory import BioMemory
+from ..engine.origins import loopback, served_names
 from ..settings import Settings
 from . import errors, rest
-from .auth import address_of, authenticator, loopback
+from .auth import address_of, authenticator
 from .errors import ApiError, error_json
 from .probes import MAX_BODY
 
@@ -120,6 +121,7 @@ def create_app(mem: BioMemory, settings: Settings | None = None, *, ui: bool = T
                   docs_url=None, redoc_url=None, openapi_url="/v1/openapi.json")
     app.state.mem, app.state.amem, app.state.settings = mem, amem, settings
     app.state.local = loopback(settings.host)  # keyless requests are served only on a loopback bind
+    app.state.hosts = served_names(settings)  # ... and only when they name this server (biomem.engine.origins)
     errors.install(app)
     app.add_middleware(BodyLimit)
     _mount_docs(app)  # before the router, whose last route is the 404 of anything else under /v1

@@ -11,11 +11,9 @@ never serves a keyless request, even once its last key is revoked). A key never 
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPBearer
@@ -23,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..engine import access
 from ..engine.keys import ApiKey, any_keys, authenticate
+from ..engine.origins import admitted, loopback  # noqa: F401  (loopback: re-exported for the CLI)
 from ..identity.limits import client_keys
 from ..stores import MemoryStore
 from .errors import ApiError
@@ -145,28 +144,8 @@ async def authorised(request: Request) -> None:
 
 
 def refuse_remote(request: Request) -> None:
-    """A keyless caller must be local by its Host and Origin too: a web page cannot reach a keyless
-    server through DNS rebinding or a cross-site form post (ApiError 403)."""
-    origin = request.headers.get("origin")
-    if not loopback(_hostname(f"//{request.headers.get('host', '')}")) or \
-            (origin is not None and not loopback(_hostname(origin))):
+    """A keyless caller must be local by its Host and Origin too (biomem.engine.origins): a web page cannot reach a
+    keyless server through DNS rebinding or a cross-site form post (ApiError 403)."""
+    if not admitted(request.headers, request.app.state.hosts):
         raise ApiError(403, "AuthenticationError", "A server without API keys answers local callers only.",
                        title="Not authorised")
-
-
-def _hostname(url: str) -> str:
-    """The host name of a URL or //netloc, "" when it has none or cannot be parsed."""
-    try:
-        return urlsplit(url).hostname or ""
-    except ValueError:
-        return ""
-
-
-def loopback(host: str) -> bool:
-    """Whether binding `host` serves this machine only (127.0.0.0/8, ::1, localhost)."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
-    except ValueError:
-        return False

@@ -58,10 +58,11 @@ from ..engine import access
 from ..engine.aio import AsyncBioMemory
 from ..engine.keys import ApiKey
 from ..engine.messages import readable  # the words of the web app's toasts and the REST errors (no gradio import)
+from ..engine.origins import loopback
 from ..errors import BioMemError, InvalidInputError
 from ..identity.disclosure import note_view
 from ..vocabulary import KEY_ROLES
-from .auth import authenticator, loopback, presented_key
+from .auth import authenticator, presented_key
 from .errors import invalid
 from .models import FILTERS, MAX_HIDDEN, METADATA, refuse_nul, valid_filters, valid_metadata
 from .probes import Modalities

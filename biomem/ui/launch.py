@@ -29,10 +29,14 @@ PAGE_OPTIONS: dict[str, Any] = dict(
 
 
 def launch(page: gr.Blocks, settings: Settings | None = None, **overrides: Any) -> Any:
-    """page.launch() with PAGE_OPTIONS and no share link, on settings.host:port."""
+    """page.launch() with PAGE_OPTIONS and no share link, on settings.host:port. The client address is the
+    socket's peer, as under `biomem serve`: X-Forwarded-For counts only through BIOMEM_TRUST_PROXY."""
     settings = settings or Settings.from_env()
     options = dict(server_name=settings.host, server_port=settings.port, share=False, **PAGE_OPTIONS)
-    return page.launch(**{**options, **overrides})
+    # Gradio's uvicorn would take the client address from X-Forwarded-For of any loopback peer (its default
+    # FORWARDED_ALLOW_IPS): a local program, or a web page through DNS rebinding, could pick its attempt-limit key.
+    with mock.patch.dict(os.environ, {"FORWARDED_ALLOW_IPS": ""}):
+        return page.launch(**{**options, **overrides})
 
 
 @contextmanager
