@@ -233,7 +233,10 @@ def cmd_keys(args: argparse.Namespace) -> None:
     try:
         if args.keys_command == "create":
             secret, key = create_key(store, args.name, args.role)
-            print(f"created {key.role} key {key.id} ({key.name!r}); its secret, shown only this once:",
+            # the secret goes to stdout alone (`> kiosk.key`); the terminal is told where it went
+            where = ":" if sys.stdout.isatty() else (", was written to standard output, which is not a terminal "
+                                                      "(a file or a pipe): keep it from there")
+            print(f"created {key.role} key {key.id} ({key.name!r}); its secret, shown only this once{where}",
                   file=sys.stderr)
             print(secret)
         elif args.keys_command == "list":

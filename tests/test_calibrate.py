@@ -3,8 +3,13 @@ against analytic Gaussians, then end to end over a tiny image set with a colour 
 
 from __future__ import annotations
 
+import itertools
+from unittest import mock
+
 import numpy as np
 import pytest
+from matplotlib.figure import Figure
+from matplotlib.text import Text
 from PIL import Image
 from scipy.optimize import brentq
 from scipy.stats import norm
@@ -13,7 +18,7 @@ import modalities
 from biomem import BioMemory
 from biomem.errors import InvalidInputError, NoFaceError
 from biomem.identity.calibrate import CalibrationReport, calibrate_folder, calibrate_scores, save
-from biomem.identity.calibration_plot import det_curve, plot
+from biomem.identity.calibration_plot import det_curve, figure, plot
 from modalities.images import load_image
 
 # Genuine ~ N(0.75, 0.05), impostor ~ N(0.45, 0.10): analytic EER at (μg σi + μi σg)/(σg + σi) = 0.65.
@@ -136,6 +141,36 @@ def test_det_curve_holds_every_operating_point_and_trades_fmr_for_fnmr(gaussian_
         assert fmr[at] == pytest.approx(np.mean(report.impostor_scores >= taus[at]))
         assert fnmr[at] == pytest.approx(np.mean(report.genuine_scores < taus[at]))
         assert fmr[at] >= point.fmr and fnmr[at] <= point.fnmr
+
+
+def drawn_labels(fig: Figure) -> list[Text]:
+    """The non-empty texts a draw of `fig` puts on the picture (not the tick labels outside the view)."""
+    with mock.patch.object(Text, "draw", autospec=True, side_effect=Text.draw) as draw:
+        fig.canvas.draw()
+    texts = dict.fromkeys(call.args[0] for call in draw.call_args_list)
+    return [text for text in texts if text.get_visible() and text.get_text().strip()]
+
+
+@pytest.mark.parametrize("scores", ["many", "few"])
+def test_the_plot_s_labels_and_key_overlap_nothing(gaussian_report, scores):
+    rng = np.random.default_rng(3)  # "few": a handful of people, its τ close together and its DET a corner
+    report = gaussian_report if scores == "many" else calibrate_scores(rng.normal(0.7, 0.1, 9),
+                                                                       rng.normal(0.3, 0.1, 27), fmr=1e-2)
+    fig = figure(report)
+    labels = drawn_labels(fig)
+    renderer = fig.canvas.get_renderer()
+    boxes = {text: text.get_window_extent(renderer) for text in labels}
+    width, height = fig.canvas.get_width_height()
+    assert all(0 <= box.x0 and box.x1 <= width and 0 <= box.y0 and box.y1 <= height for box in boxes.values())
+    overlapping = [(a.get_text(), b.get_text()) for a, b in itertools.combinations(boxes, 2)
+                   if boxes[a].overlaps(boxes[b])]
+    assert overlapping == []
+    keys = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+    assert keys and any("τ intersection" in text.get_text() for key in keys for text in key.get_texts())
+    for key in keys:  # the key covers no bar, τ line or DET point, and no axis label or title
+        box = key.get_window_extent(renderer)
+        assert not any(box.overlaps(ax.get_window_extent(renderer)) for ax in fig.axes)
+        assert not any(box.overlaps(boxes[text]) for text in labels if text not in key.get_texts())
 
 
 # ---- calibrate_folder with a colour "encoder" over generated images --------------------------------------

@@ -3,6 +3,7 @@
 import json
 import shutil
 import subprocess
+import sys
 
 import pytest
 from PIL import Image
@@ -148,3 +149,14 @@ def test_calibrate_prints_tau_plots_and_saves_it(tmp_path, capture, capsys):
     code, out, _ = run(capsys, "--db", str(tmp_path / "none.db"), "calibrate", "--modality", "face-arcface-s",
                        "--data", str(data))
     assert code == 0 and "(store)" not in out and not (tmp_path / "none.db").exists()
+
+
+def test_keys_create_tells_the_terminal_where_a_redirected_secret_went(tmp_path, capsys, monkeypatch):
+    db = ["--db", str(tmp_path / "keys.db")]
+    code, out, err = run(capsys, *db, "keys", "create", "kiosk")  # captured: stdout is not a terminal
+    assert code == 0 and out.strip().startswith("bm_") and len(out.splitlines()) == 1  # the file holds the key only
+    assert "shown only this once" in err and "written to standard output, which is not a terminal" in err
+    assert out.strip() not in err
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # typed at a terminal: the key follows the line
+    code, out, err = run(capsys, *db, "keys", "create", "desk")
+    assert code == 0 and out.strip().startswith("bm_") and err.rstrip().endswith("shown only this once:")

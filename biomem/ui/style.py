@@ -69,10 +69,11 @@ CSS = """
 .bm-c-tau {stroke: rgb(210,60,60); stroke-width: 2;}
 .bm-c-a {fill: rgb(40,110,220);}
 .bm-c-b {fill: rgb(230,140,30);}
-/* probe images: the label sits above the drop zone, not over its upload icon and words */
+/* probe images: the label sits above the drop zone, not over its upload icon and words; a long one wraps by
+   word, never cut short */
 .bm-probe {display: flex !important; flex-direction: column !important;}
 .bm-probe > label[data-testid='block-label'] {position: static !important; flex: none; align-self: flex-start;
-  margin: 6px 0 0 6px; max-width: calc(100% - 12px); overflow: hidden; text-overflow: ellipsis; white-space: nowrap;}
+  margin: 6px 0 0 6px; max-width: calc(100% - 12px); white-space: normal; overflow-wrap: normal; word-break: normal;}
 .bm-probe > .image-container {flex: 1 1 0; min-height: 0; height: auto !important;}
 .bm-probe .upload-container > .wrap > div > button > .wrap {min-height: 0; height: 100%;}  /* "Access webcam" */
 /* the chat: its label above the messages, not over the first one; no clear button (the chat is the record) */
@@ -82,10 +83,34 @@ CSS = """
 #bm-chatbot .bubble-wrap {flex: 1 1 0; min-height: 0; height: auto;}
 #bm-chatbot button[aria-label='Clear'] {display: none;}
 @media (max-width: 640px) {
-  #bm-heading h1 {font-size: 1.45em;}
+  #bm-heading h1 {font-size: 1.25em;}
+  /* probe labels in smaller type: whole on one line ("Who is asking? Probe for this message"), so that the
+     180 px boxes of second probes keep room for their words */
+  .bm-probe > label[data-testid='block-label'] {font-size: .85em;}
+  /* a shorter hero, so that the Compare tab starts on the first screen: the heading, Load demo, the
+     introduction, the tabs; the glossary, the store's status and the encoder menu after them */
+  #bm-hero, #bm-hero > .column:not(#bm-start) {display: contents;}
+  #bm-heading {order: -2;}
   #bm-start {order: -1;}  /* Load demo right under the heading, not below the introduction */
+  #bm-gloss, #bm-top, #bm-unavailable {order: 1;}
+  #bm-hero .prose p, #bm-tabs .bm-hint .prose p {line-height: 1.45;}
+  #bm-tabs .bm-hint .prose {font-size: var(--text-sm) !important;}
+  .form:has(> #bm-cmp-question) {min-width: 100% !important;}  /* the question on its own line, Compare below */
   #bm-top {flex-direction: column !important;}
   #bm-top > * {min-width: 0 !important; width: 100% !important;}
   .bm-status {word-break: normal; overflow-wrap: anywhere;}
+  /* the retrieved notes fit their panel: time and origin wrap by word, so the memory keeps its width */
+  .bm-panel table.bm-notes :is(.bm-time, .bm-from) {white-space: normal;}
+  .bm-panel table.bm-notes td {overflow-wrap: break-word;}  /* a long link or code breaks rather than widens */
+  /* My notes: each column wide enough for its words, the headers on one line; id, time and memory fill the
+     screen, tags and from follow as the table scrolls sideways */
+  #bm-my-notes :is(th, [role=gridcell]) {min-width: var(--bm-col) !important; max-width: var(--bm-col) !important;
+    width: var(--bm-col) !important; flex: 0 0 var(--bm-col) !important;}
+  #bm-my-notes :is(th, [role=gridcell]):nth-child(1) {--bm-col: 3em;}  /* id */
+  #bm-my-notes :is(th, [role=gridcell]):nth-child(2) {--bm-col: 6.5em;}  /* time */
+  #bm-my-notes :is(th, [role=gridcell]):nth-child(3) {--bm-col: 13em;}  /* memory */
+  #bm-my-notes :is(th, [role=gridcell]):nth-child(4) {--bm-col: 8em;}  /* tags */
+  #bm-my-notes :is(th, [role=gridcell]):nth-child(5) {--bm-col: 9em;}  /* from */
+  #bm-my-notes th .header {white-space: nowrap;}
 }
 """
