@@ -14,6 +14,7 @@ import io
 import json
 import os
 import socket
+import threading
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -37,12 +38,15 @@ from biomem.ui import Controller, render, uploads
 from biomem.ui.bursts import MAX_FRAME_BYTES, Frames, frame_bytes
 from biomem.ui.controller import NO_HOUSEHOLD_CHOSEN
 from biomem.ui.messages import friendly
+from biomem.ui.turns import Crowded, Repeated, Turns
+from modalities.images import load_image
 from modalities.palmsynth import palm_capture
 
 QUESTION = "What is my bank card PIN?"
 PINS = {"Ana": "4821", "Ben": "7390", "Chloe": "1156"}
 WIFI, PARTY = (text for text, *_ in DEMO_SHARED)  # the demo household's notes: for all, and hidden from Chloe
 HOME_NOTES = {(DEMO_HOUSEHOLD, author, text) for text, _, author, _ in DEMO_SHARED}  # (from, by, note)
+YAO_PALM = 7  # the synthetic palm seed of Yao, an ordinary person: none of the sample people's
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp"}
 # Gradio's queue statistics use pandas options that pandas 3 deprecates: not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore::Warning:gradio.queueing")
@@ -57,6 +61,12 @@ def served_app(mem: BioMemory, cache: Path, **build: object) -> Iterator[SimpleN
 
 def cached_images(cache: Path) -> list[Path]:
     return [p for p in cache.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
+
+
+def personal_images(server: SimpleNamespace) -> list[Path]:
+    """The images left in the page's cache but the sample captures it handed out (public, never a visitor's:
+    a Compare's boxes get fresh ones, which Gradio's own sweep removes)."""
+    return [path for path in cached_images(server.cache) if server.ui.samples.which(load_image(path)) is None]
 
 
 @pytest.fixture(scope="module")
@@ -161,25 +171,47 @@ def test_a_palm_probe_opens_the_same_person_s_memories(server, probes):
     assert PINS["Ana"] in result["answer"]
 
 
-def test_remember_by_chat_then_only_the_owner_gets_it_back(server, probes):
+@pytest.fixture(scope="module")
+def yao(server, newcomer, tmp_path_factory) -> SimpleNamespace:
+    """Yao, enrolled beside the demo people with a face and a synthetic palm as an ordinary person (the demo's
+    sample people are read-only to probes): a probe file of a new capture, and more captures."""
+    person = server.mem.enroll("Yao", [newcomer(0, 0), newcomer(0, 1)])
+    server.mem.add_templates(person.id, [palm_capture(YAO_PALM, 0), palm_capture(YAO_PALM, 1)], "palm-compcode")
+    probe = tmp_path_factory.mktemp("yao") / "yao.png"
+    Image.fromarray(newcomer(0, 2)).save(probe)
+    return SimpleNamespace(id=person.id, probe=str(probe), face=lambda n: newcomer(0, n),
+                           palm=lambda n: palm_capture(YAO_PALM, n))
+
+
+def test_a_sample_person_s_memories_are_read_only_to_the_page(server, probes):
     client = Client(server.url, verbose=False)
-    stored = client.predict("My gym locker is number 318", handle_file(probes["Ben"]), "face-arcface-s",
+    before = server.mem.store.note_total()
+    with pytest.raises(AppError, match="Ben is one of the demo's sample people") as refused:
+        client.predict("My gym locker is number 317", handle_file(probes["Ben"]), "face-arcface-s",
+                       api_name="/remember")
+    assert refused.value.title == "Sample person: read-only" and "Enrol yourself" in refused.value.message
+    assert server.mem.store.note_total() == before
+
+
+def test_remember_by_chat_then_only_the_owner_gets_it_back(server, probes, yao):
+    client = Client(server.url, verbose=False)
+    stored = client.predict("My gym locker is number 318", handle_file(yao.probe), "face-arcface-s",
                             api_name="/remember")
-    assert stored["owner"] == "Ben" and stored["note"]["content"] == "My gym locker is number 318"
-    assert "318" in ask(client, probes["Ben"], "Which gym locker is mine?")["answer"]
+    assert stored["owner"] == "Yao" and stored["note"]["content"] == "My gym locker is number 318"
+    assert "318" in ask(client, yao.probe, "Which gym locker is mine?")["answer"]
     assert "318" not in json.dumps(ask(client, probes["Ana"], "Which gym locker is mine?"))
     with pytest.raises(AppError, match="matches nobody enrolled"):
         client.predict("I am not enrolled", handle_file(probes["Stranger"]), "face-arcface-s", api_name="/remember")
     cache = server.cache / "fresh"
     cache.mkdir(exist_ok=True)
-    face, palm = cache / "ben.png", cache / "ben-palm.png"
-    Image.fromarray(demo_capture(1, 11)).save(face)
-    with pytest.raises(gr.Error, match="palm-compcode missing"):  # Ben enrolled a face and a palm
+    face, palm = cache / "yao.png", cache / "yao-palm.png"
+    Image.fromarray(yao.face(3)).save(face)
+    with pytest.raises(gr.Error, match="palm-compcode missing"):  # Yao enrolled a face and a palm
         friendly(server.ui.delete_note)(stored["note"]["id"], str(face), "face-arcface-s")
     assert not face.exists()  # a refused action still deletes its probe
     cache.mkdir(exist_ok=True)
-    Image.fromarray(demo_capture(1, 9)).save(face)
-    Image.fromarray(palm_capture(2, 8)).save(palm)
+    Image.fromarray(yao.face(4)).save(face)
+    Image.fromarray(yao.palm(8)).save(palm)
     message = server.ui.delete_note(stored["note"]["id"], str(face), "face-arcface-s", str(palm))
     assert message.startswith("Deleted note") and not face.exists() and not palm.exists()
 
@@ -255,7 +287,8 @@ def chat_burst(demo: gr.Blocks) -> SimpleNamespace:
     return SimpleNamespace(stream=event(lambda f: f.connection == "stream" and on_chat_box(f)),
                            take=event(lambda f: f.fn.__name__ == "armed" and on_chat_box(f)),  # (frames, box)
                            replaced=event(lambda f: f.fn.__name__ == "replaced" and on_chat_box(f)),
-                           ask=event(lambda f: f.api_name == "ask"))  # (question, probe, frames, encoder, request)
+                           # (question, probe, frames, encoder, request) -> the API's JSON (and the State beside it)
+                           ask=lambda *args: event(lambda f: f.api_name == "ask")(*args)[0])
 
 
 def taken(page: SimpleNamespace, images: list[np.ndarray]) -> Frames:
@@ -459,18 +492,69 @@ def test_the_second_probe_samples_need_a_second_kind_in_the_store(make_memory):
     assert caught.value.title == "No second kind" and caught.value.visible is False  # a hint, shown as a warning
 
 
-def test_a_second_start_of_an_action_in_the_same_tab_is_ignored(make_memory):
+def test_a_second_start_of_the_same_action_in_the_same_tab_is_ignored(make_memory):
     """Gradio can dispatch one double click twice: the second start stops, invisibly, until the first lands."""
     ui = Controller(make_memory())
     tab, other = gr.Request(session_hash="tab-1"), gr.Request(session_hash="tab-2")
-    ui.claim(tab, "enrol")
+    ui.take_turn(tab, "enrol", "page:enrol")
     with pytest.raises(gr.Error) as twice:
-        ui.claim(tab, "enrol")
+        ui.take_turn(tab, "enrol", "page:enrol")
     assert twice.value.visible is False
-    ui.claim(tab, "chat")  # another action of the same tab
-    ui.claim(other, "enrol")  # the same action in another tab
-    ui.release(tab, "enrol")
-    ui.claim(tab, "enrol")
+    ui.take_turn(tab, "chat", "page:ask")  # another group of the same tab
+    ui.take_turn(other, "enrol", "page:enrol")  # the same action in another tab
+    assert ui.turn_landed(tab, "enrol") is False  # nobody waits: the buttons come back
+    ui.give_back_turn(tab, "enrol")
+    ui.take_turn(tab, "enrol", "page:enrol")
+
+
+def test_another_action_of_the_group_waits_its_turn_and_then_runs():
+    """Load demo then Compare, clicked back to back: Compare waits until the demo has been shown, then runs."""
+    turns = Turns()
+    turns.take("tab", "compare", "page:load_demo")
+    started, done = threading.Event(), threading.Event()
+
+    def compare() -> None:
+        started.set()
+        turns.take("tab", "compare", "page:compare")
+        done.set()
+
+    waiter = threading.Thread(target=compare)
+    waiter.start()
+    started.wait(10)
+    assert not done.wait(0.2)  # still waiting: the demo has not been shown yet
+    assert turns.landed("tab", "compare") is True  # Compare waits: it takes the buttons from here
+    assert not done.is_set()
+    turns.give_back("tab", "compare")
+    waiter.join(10)
+    assert done.is_set()
+    with pytest.raises(Repeated):  # the compare's own double dispatch is still one click
+        turns.take("tab", "compare", "page:compare")
+    turns.landed("tab", "compare")
+    waiter = threading.Thread(target=lambda: turns.take("tab", "compare", "page:compare"))
+    waiter.start()  # once landed, the same button clicked again is a new click: it waits, then runs
+    turns.give_back("tab", "compare")
+    waiter.join(10)
+    assert not waiter.is_alive()
+
+
+def test_a_turn_never_given_back_is_taken_over_and_waiting_is_bounded():
+    """A tab closed mid-action leaves its turn: the next action takes it after the hold; waiting holds a
+    worker thread, so the process lets only so many wait at once."""
+    now = [0.0]
+    turns = Turns(clock=lambda: now[0], hold=60, max_waiting=1)
+    turns.take("tab", "change", "page:delete_note")
+    now[0] = 61.0
+    turns.take("tab", "change", "page:forget")  # abandoned: taken over at once
+    turns.take("other", "change", "page:delete_note")
+    blocked = threading.Thread(target=lambda: turns.take("other", "change", "page:forget"), daemon=True)
+    blocked.start()
+    while turns.waiting == 0:  # until the waiter is registered
+        threading.Event().wait(0.01)
+    with pytest.raises(Crowded):
+        turns.take("tab", "change", "page:delete_note")
+    turns.give_back("other", "change")
+    blocked.join(10)
+    assert not blocked.is_alive()
 
 
 def test_load_demo_twice_builds_it_once(server):
@@ -649,3 +733,26 @@ def test_panels_escape_what_people_typed():
     html = render.panel_html(result, with_answer=True)
     assert "<script>" not in html and "<img" not in html and "<iframe>" not in html and "<svg>" not in html
     assert "2 Mar 2024, 09:15" in html
+
+
+def test_clicks_are_served_in_the_order_the_visitor_made_them():
+    """Two clicks in one instant travel on two connections: the later one, arriving first, waits for the earlier
+    one and then for its turn, so Load demo runs before the Compare clicked right after it."""
+    turns = Turns()
+    order: list[str] = []
+
+    def click(action: str, number: int) -> None:
+        turns.take("tab", "compare", action, number)
+        order.append(action)
+
+    compare = threading.Thread(target=click, args=("page:compare", 2))
+    compare.start()  # the Compare's request arrives first
+    while turns.waiting == 0 and not order:
+        threading.Event().wait(0.01)
+    assert order == []  # it waits for click 1, which has not arrived
+    click("page:load_demo", 1)
+    assert order == ["page:load_demo"]
+    turns.landed("tab", "compare")
+    turns.give_back("tab", "compare")
+    compare.join(10)
+    assert order == ["page:load_demo", "page:compare"]

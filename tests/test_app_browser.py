@@ -30,9 +30,10 @@ import pytest
 from PIL import Image
 
 from biomem import BioMemory
-from biomem.engine.demo import demo_capture
+from biomem.engine.demo import demo_household
+from biomem.identity.samples import demo_capture
 from biomem.ui.bursts import Frames
-from tests.test_app import cached_images, served_app
+from tests.test_app import cached_images, personal_images, served_app
 
 from .conftest import CHROMIUM_ARGS
 
@@ -293,18 +294,20 @@ def test_a_visitor_loads_the_demo_asks_captures_and_compares(chromium_path, tmp_
         assert frames_left(server.demo) == []  # no camera streams now: not even in Gradio's copy of the values
 
         assert elsewhere == [], f"the page contacted other hosts: {elsewhere}"
-        assert cached_images(server.cache) == []  # every probe (upload, webcam, samples) was deleted
+        assert personal_images(server) == []  # every probe (upload, webcam, samples used) was deleted
     mem.close()
 
 
 def test_the_page_holds_what_it_shows_and_the_rough_edges_are_gone(chromium_path, tmp_path, text_encoder,
-                                                                    face_encoder):
+                                                                    face_encoder, newcomer):
     """Issues 11 and 23, one step each: Load demo's message, status and probes land together while
     Compare waits and says so; Enter compares; a double click runs an action once; a hint is a warning,
     a refusal an error, and a failed action clears what it consumed and leaves no stale result or
     overlay; the chat says who asked, shows a Remember as a stored note, has no share or clear button
     and keeps its label off the first message; a demo person unlocks "My notes" with the sample buttons
-    (face and palm) and sees a Remember, from either tab, at once; only loadable encoders are offered;
+    (face and palm), but their notes are read-only (anyone can show their sample photo): a Remember as them
+    is refused, saying to enrol oneself; a visitor who enrolled herself sees her Remember, from either tab,
+    at once; only loadable encoders are offered;
     Compare charts both gate scores against τ; no probe box hides its drop zone under its label, and
     at 390 px Load demo is at the top and every tab and the status stay readable."""
     from playwright.sync_api import expect, sync_playwright
@@ -314,9 +317,9 @@ def test_the_page_holds_what_it_shows_and_the_rough_edges_are_gone(chromium_path
     shots.mkdir()
     not_an_image = tmp_path / "notes.png"
     not_an_image.write_text("this is a text file with an image's name")
-    dana = [tmp_path / f"dana{n}.png" for n in range(3)]
+    dana = [tmp_path / f"dana{n}.png" for n in range(7)]  # a visitor who is none of the sample people
     for n, path in enumerate(dana):
-        Image.fromarray(demo_capture(4, 20 + n)).save(path)
+        Image.fromarray(newcomer(0, n)).save(path)
 
     mem = BioMemory(tmp_path / "edges.db", text_model=text_encoder, encoder=face_encoder, disclosure="demo")
     with served_app(mem, tmp_path / "gradio-cache") as server, sync_playwright() as playwright:
@@ -395,13 +398,14 @@ def test_the_page_holds_what_it_shows_and_the_rough_edges_are_gone(chromium_path
             expect(page.locator("#bm-chat-panel")).to_contain_text("appears here after a question")
             settled(page, "#bm-ask")
 
-            # Remember shows as a stored note of its owner; a stranger is named as unrecognised
+            # a sample person's Remember is refused (anyone can show her photo), and says how to try it; a
+            # stranger is named as unrecognised
             page.click("#bm-chat-probe-ana")
             expect(chat_probe).to_be_visible()
             page.fill("#bm-question textarea", "My locker at the pool is 42")
             page.click("#bm-remember")
-            expect(chat).to_contain_text(re.compile(r"Stored as note \d+ for Ana"))
-            expect(chat).to_contain_text("Ana · remember")
+            toast(page, "Error", "Sample person: read-only — Ana is one of the demo's sample people")
+            expect(chat_probe).to_have_count(0)
             settled(page, "#bm-remember")
             page.click("#bm-chat-probe-stranger")
             expect(chat_probe).to_be_visible()
@@ -423,7 +427,7 @@ def test_the_page_holds_what_it_shows_and_the_rough_edges_are_gone(chromium_path
             expect(page.locator("#bm-enrol-files")).not_to_contain_text("dana1")
             settled(page, "#bm-enrol")
             page.fill("#bm-enrol-name textarea", "Dana")
-            page.set_input_files("#bm-enrol-files input[data-testid='file-upload']", [str(p) for p in dana])
+            page.set_input_files("#bm-enrol-files input[data-testid='file-upload']", [str(p) for p in dana[:3]])
             expect(page.locator("#bm-enrol-files")).to_contain_text("dana2")
             page.dblclick("#bm-enrol")
             expect(page.locator("#bm-enrol-message")).to_contain_text("Enrolled Dana from 3 image(s)")
@@ -431,45 +435,69 @@ def test_the_page_holds_what_it_shows_and_the_rough_edges_are_gone(chromium_path
             expect(toasts).to_have_count(0)  # the second click ran nothing: no "Probe expired"
             assert [i.label for i in mem.identities()].count("Dana") == 1
 
-            # My notes: Ana's face and palm from the sample buttons unlock them (her 5 notes and her household's
-            # 2); a Remember, from this tab or the chat, shows in the listing at once
+            # My notes: Ana's face and palm from the sample buttons unlock them (her 4 notes and her household's
+            # 2); a Remember as Ana is refused and leaves them as they were
             listing, table = page.locator("#bm-unlock-message"), page.locator("#bm-my-notes")
             for box in ("bm-unlock-probe", "bm-unlock-second"):
                 page.click(f"#{box}-ana")
                 expect(page.locator(f"#{box} .image-frame img")).to_be_visible()
             page.click("#bm-unlock")
-            expect(listing).to_contain_text("Showing the notes of Ana (7)")
-            expect(table).to_contain_text("My locker at the pool is 42")
+            expect(listing).to_contain_text("Showing the notes of Ana (6)")
+            expect(table).to_contain_text("My PIN for the bank card is 4821")
             settled(page, "#bm-unlock")
             page.fill("#bm-memo textarea", "My bike is the blue one")
             page.click("#bm-memo-probe-ana")
             expect(page.locator("#bm-memo-probe .image-frame img")).to_be_visible()
             page.click("#bm-memo-button")
+            toast(page, "Error", "Ana's memories are read-only here. Enrol yourself")
+            expect(listing).to_contain_text("Showing the notes of Ana (6)")
+            settled(page, "#bm-memo-button")
+
+            # Dana, who enrolled herself: a Remember from the chat, then her notes unlocked with a fresh probe; a
+            # Remember, from this tab or the chat, shows in the listing at once
+            page.click("#bm-tab-chat-button")
+            page.set_input_files("#bm-chat-probe input[data-testid='file-upload']", str(dana[3]))
+            expect(chat_probe).to_be_visible()
+            page.fill("#bm-question textarea", "My locker at the pool is 42")
+            page.click("#bm-remember")
+            expect(chat).to_contain_text(re.compile(r"Stored as note \d+ for Dana"))
+            expect(chat).to_contain_text("Dana · remember")
+            settled(page, "#bm-remember")
+            page.click("#bm-tab-enrol-button")
+            page.set_input_files("#bm-unlock-probe input[data-testid='file-upload']", str(dana[0]))
+            expect(page.locator("#bm-unlock-probe .image-frame img")).to_be_visible()
+            page.click("#bm-unlock")
+            expect(listing).to_contain_text("Showing the notes of Dana (1)")
+            expect(table).to_contain_text("My locker at the pool is 42")
+            settled(page, "#bm-unlock")
+            page.fill("#bm-memo textarea", "My bike is the blue one")
+            page.set_input_files("#bm-memo-probe input[data-testid='file-upload']", str(dana[4]))
+            expect(page.locator("#bm-memo-probe .image-frame img")).to_be_visible()
+            page.click("#bm-memo-button")
             expect(page.locator("#bm-memo-message")).to_contain_text("Stored as note")
-            expect(listing).to_contain_text("Showing the notes of Ana (8)")
+            expect(listing).to_contain_text("Showing the notes of Dana (2)")
             expect(table).to_contain_text("My bike is the blue one")
             settled(page, "#bm-memo-button")
             page.click("#bm-tab-chat-button")
-            page.click("#bm-chat-probe-ana")
+            page.set_input_files("#bm-chat-probe input[data-testid='file-upload']", str(dana[5]))
             expect(chat_probe).to_be_visible()
             page.fill("#bm-question textarea", "My gym locker is 7")
             page.click("#bm-remember")
             expect(chat).to_contain_text("My gym locker is 7")
             settled(page, "#bm-remember")
             page.click("#bm-tab-enrol-button")
-            expect(listing).to_contain_text("Showing the notes of Ana (9)")
+            expect(listing).to_contain_text("Showing the notes of Dana (3)")
             expect(table).to_contain_text("My gym locker is 7")
 
-            # deleting one, with a fresh face and palm: the listing follows
-            ana = next(i.id for i in mem.identities() if i.label == "Ana")
-            gym = next(n.id for n in mem.store.all_notes(ana) if n.content == "My gym locker is 7")
+            # deleting one, with a fresh probe: the listing follows
+            dana_id = next(i.id for i in mem.identities() if i.label == "Dana")
+            gym = next(n.id for n in mem.store.all_notes(dana_id) if n.content == "My gym locker is 7")
             page.fill("#bm-note-id textarea", str(gym))
-            for box in ("bm-confirm-probe", "bm-confirm-second"):
-                page.click(f"#{box}-ana")
-                expect(page.locator(f"#{box} .image-frame img")).to_be_visible()
+            page.set_input_files("#bm-confirm-probe input[data-testid='file-upload']", str(dana[0]))
+            expect(page.locator("#bm-confirm-probe .image-frame img")).to_be_visible()
             page.click("#bm-delete")
             expect(page.locator("#bm-notes-message")).to_contain_text(f"Deleted note {gym}")
-            expect(listing).to_contain_text("Showing the notes of Ana (8)")
+            expect(listing).to_contain_text("Showing the notes of Dana (2)")
             expect(table).not_to_contain_text("My gym locker is 7")
             expect(page.locator("#bm-note-id textarea")).to_have_value("")
             settled(page, "#bm-delete")  # (Forget me is in a closed accordion)
@@ -514,7 +542,7 @@ def test_the_page_holds_what_it_shows_and_the_rough_edges_are_gone(chromium_path
             expect(phone.locator("#bm-registry")).to_be_visible()
         finally:
             browser.close()
-        assert cached_images(server.cache) == []
+        assert personal_images(server) == []
     mem.close()
 
     if os.environ.get("BIOMEM_UPDATE_SCREENSHOTS") == "1":
@@ -522,12 +550,13 @@ def test_the_page_holds_what_it_shows_and_the_rough_edges_are_gone(chromium_path
         shutil.copyfile(compare_png, SCREENSHOTS / "compare.png")
 
 
-def test_the_demo_household_reaches_its_members_only(chromium_path, tmp_path, text_encoder, face_encoder):
+def test_the_demo_household_reaches_its_members_only(chromium_path, tmp_path, text_encoder, face_encoder, newcomer):
     """Issue 26 on the page. Load demo; Compare the Wi-Fi password as Ana (prefilled in A) and a stranger (B):
     Ana reads the household's note, marked as Home's and written by Ana, the stranger nothing; then the surprise
     party as Ana and Chloe: Ana reads it (written by Ben), Chloe does not, though the Wi-Fi password still reaches
-    her. In Enrol, Ana writes a note into Home hidden from Chloe ("My households", then Remember), and Chloe's
-    "My notes" shows the household's notes she may read, marked as such, and not that one. A kiosk visitor too far
+    her. In Enrol, Dana (an ordinary person the operator added to Home: the demo's sample people are read-only
+    to probes) writes a note into Home hidden from Chloe ("My households", then Remember), and Chloe's "My notes"
+    shows the household's notes she may read, marked as such, and not that one. A kiosk visitor too far
     from the (fake) camera unlocks with a webcam burst: every frame is a poor capture, and the page says "move
     closer". No probe box of the households panel, nor the live camera, hides its drop zone under its label."""
     from playwright.sync_api import expect, sync_playwright
@@ -536,6 +565,9 @@ def test_the_demo_household_reaches_its_members_only(chromium_path, tmp_path, te
     shots = tmp_path / "screenshots"
     shots.mkdir()
     far = write_y4m(tmp_path / "far.y4m", demo_capture(1, 12), side=60)  # Ben, too far away: a 32 px face
+    dana = [tmp_path / f"dana{n}.png" for n in range(2)]
+    for n, path in enumerate(dana):
+        Image.fromarray(newcomer(0, n + 2)).save(path)
     mem = BioMemory(tmp_path / "home.db", text_model=text_encoder, encoder=face_encoder)
     with served_app(mem, tmp_path / "gradio-cache") as server, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium_path, headless=True,
@@ -588,27 +620,31 @@ def test_the_demo_household_reaches_its_members_only(chromium_path, tmp_path, te
             page.mouse.move(0, 0)
             page.screenshot(path=shots / "01-compare-household.png", full_page=True)
 
-            # Enrol: Ana lists her households, writes into Home hidden from Chloe
+            # Enrol: Dana, whom the operator added to Home, lists her households, writes into Home hidden from Chloe
+            mem.add_member(demo_household(mem).id, identity=mem.enroll("Dana", [newcomer(0, 0), newcomer(0, 1)]).id)
             page.click("#bm-tab-enrol-button")
             memo_probe = page.locator("#bm-memo-probe .image-frame img")
-            page.click("#bm-memo-probe-ana")
+            page.set_input_files("#bm-memo-probe input[data-testid='file-upload']", str(dana[0]))
             expect(memo_probe).to_be_visible()
             page.click("#bm-memo-households")
-            expect(page.locator("#bm-memo-message")).to_contain_text("Households of Ana: Home")
+            expect(page.locator("#bm-memo-message")).to_contain_text("Households of Dana: Home")
             expect(memo_probe).to_have_count(0)  # taken, as every probe is
+            expect(page.locator("#bm-memo-where input")).to_have_value("My own notes")  # offered, not chosen
+            page.click("#bm-memo-where input")
+            page.click("ul[role='listbox'] li:has-text('Household: Home')")
             expect(page.locator("#bm-memo-where input")).to_have_value("Household: Home")
             hidden = page.locator("#bm-memo-hidden")
             expect(hidden).to_contain_text("Chloe")
-            assert "Ana" not in hidden.inner_text()  # nobody hides a note from themselves
+            assert "Dana" not in hidden.inner_text()  # nobody hides a note from themselves
             settled(page, "#bm-memo-button", "#bm-memo-households")
             hidden.locator("label", has_text="Chloe").click()
             expect(hidden.locator("label", has_text="Chloe").locator("input")).to_be_checked()
             page.fill("#bm-memo textarea", "Chloe's present is hidden in the garage")
-            page.click("#bm-memo-probe-ana")
+            page.set_input_files("#bm-memo-probe input[data-testid='file-upload']", str(dana[1]))
             expect(memo_probe).to_be_visible()
             page.click("#bm-memo-button")
             expect(page.locator("#bm-memo-message")).to_contain_text(
-                "in the household Home by Ana, hidden from Chloe")
+                "in the household Home by Dana, hidden from Chloe")
             expect(page.locator("#bm-memo-where input")).to_have_value("My own notes")  # the next note is one's own
             settled(page, "#bm-memo-button")
 
@@ -652,6 +688,70 @@ def test_the_demo_household_reaches_its_members_only(chromium_path, tmp_path, te
             assert phone.evaluate(OVERLAPS) == []
         finally:
             browser.close()
-        assert cached_images(server.cache) == []
+        assert personal_images(server) == []
         assert frames_left(server.demo) == []
+    mem.close()
+
+
+# The lines a text takes on screen: one per distinct top of its text's boxes ("i d", letter by letter, is two).
+LINES = """e => { const range = document.createRange(); range.selectNodeContents(e);
+  return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size; }"""
+# Whether an element's content fits it, not cut at its edge (an ellipsis); whether it ends inside its parent.
+FITS = "e => e.scrollWidth <= e.clientWidth + 1"
+INSIDE = "e => e.getBoundingClientRect().right <= e.parentElement.getBoundingClientRect().right + 1"
+
+
+def test_a_phone_shows_compare_on_its_first_screen_and_whole_labels_and_columns(chromium_path, tmp_path,
+                                                                                 text_encoder, face_encoder):
+    """At 390 x 844: Compare's question and button are on the first screen; after Load demo, the chat probe's
+    label is whole (wrapped, not cut), the retrieved notes' table fits its panel with its "from" column whole,
+    and "My notes" keeps each header, "id" first, on one line."""
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=STEP_MS)
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    mem = BioMemory(tmp_path / "phone.db", text_model=text_encoder, encoder=face_encoder)
+    with served_app(mem, tmp_path / "gradio-cache") as server, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path, headless=True, args=BROWSER_ARGS)
+        try:
+            phone = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+            phone.set_default_timeout(STEP_MS)
+            phone.goto(server.url, wait_until="domcontentloaded")
+            for first in ("#bm-cmp-question textarea", "#bm-cmp-button"):
+                expect(phone.locator(first)).to_be_visible()
+                bottom = phone.locator(first).evaluate("e => e.getBoundingClientRect().bottom")
+                assert bottom <= 844, f"{first} ends {bottom:.0f} px down the first screen"
+            phone.screenshot(path=shots / "01-phone-first-screen.png")
+
+            phone.click("#bm-load-demo")
+            expect(phone.locator("#bm-load-message")).to_contain_text("Loaded Ana, Ben, Chloe")
+            phone.click("#bm-tab-chat-button")
+            label = phone.locator("#bm-chat-probe label[data-testid='block-label']")
+            expect(label).to_contain_text("Probe for this message")
+            assert label.evaluate(FITS), "the chat probe's label is cut"
+            phone.click("#bm-chat-probe-ana")
+            expect(phone.locator("#bm-chat-probe .image-frame img")).to_be_visible()
+            phone.fill("#bm-question textarea", "What is the Wi-Fi password?")
+            phone.click("#bm-ask")
+            notes = phone.locator("#bm-chat-panel table.bm-notes").first
+            expect(notes).to_contain_text("household Home")
+            assert notes.evaluate(INSIDE), "the retrieved notes' table runs out of its panel, its from column cut"
+            phone.locator("#bm-chat-panel").screenshot(path=shots / "02-phone-chat-panel.png")
+            settled(phone, "#bm-ask")
+
+            phone.click("#bm-tab-enrol-button")
+            for box in ("bm-unlock-probe", "bm-unlock-second"):
+                phone.click(f"#{box}-ana")
+                expect(phone.locator(f"#{box} .image-frame img")).to_be_visible()
+            phone.click("#bm-unlock")
+            table = phone.locator("#bm-my-notes")
+            expect(table).to_contain_text("tulip-river-42")
+            headers = table.locator("th .header")
+            expect(headers.first).to_have_text("id")
+            assert {header.inner_text(): header.evaluate(LINES) for header in headers.all()} == {
+                "id": 1, "time": 1, "memory": 1, "tags": 1, "from": 1}
+            table.screenshot(path=shots / "03-phone-my-notes.png")
+        finally:
+            browser.close()
     mem.close()

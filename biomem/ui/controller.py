@@ -14,13 +14,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import gradio as gr
 import numpy as np
 from PIL import Image
 
 import modalities
+from modalities.images import load_image
 
 from ..engine import access, demo
 from ..engine.memory import BioMemory
@@ -45,9 +46,11 @@ from ..stores.records import Group
 from . import render, uploads
 from .doors import Operators
 from .messages import fail, hint, readable
+from .sample_probes import SampleProbes
+from .turns import Crowded, Repeated, Turns
 
 log = logging.getLogger("biomem.ui")
-UNLOCK_SECONDS = 300  # how long "My notes" stays unlocked in one browser tab
+UNLOCK_SECONDS = 120  # how long "My notes" stays unlocked in one browser tab: a kiosk's user walks away
 Progress = Callable[..., Any]
 OWN = "own"  # the Remember's "where" for the requester's own notes (else a household's id)
 # A household the requester is not in reads exactly as one that does not exist.
@@ -55,6 +58,15 @@ NO_HOUSEHOLD = ("No such household", "None of the households of the person the p
                 "name, or show a member's probe.")
 NO_HOUSEHOLD_CHOSEN = ("No such household", "The probe's person has no such household: press My households "
                        "with your probe, choose one of yours, then Remember with your probe again.")
+
+
+class Shown(NamedTuple):
+    """A probe the visitor showed, the attempt-limit keys it counts against (None: a sample capture this page
+    handed out) and the sample person it was a capture of."""
+
+    probe: Probe
+    client: list[str] | None
+    sample: str | None = None
 
 
 def short(reason: str) -> str:
@@ -73,27 +85,32 @@ class Controller:
         self.mem = mem
         self.settings = settings = settings or Settings.from_env()
         self.admin = settings.admin if admin is None else admin
-        self.operators = Operators(mem.store, admin=self.admin)
+        self.operators = Operators(mem.store, admin=self.admin, settings=settings)
         self._building = threading.Lock()  # one demo build or import at a time
-        self._running: set[tuple[str, str]] = set()  # (browser tab, action group) with work under way
-        self._running_lock = threading.Lock()
+        self.turns = Turns()
+        self.samples = SampleProbes()
 
-    # ---- one action at a time per tab ------------------------------------------------------------
+    # ---- one action at a time per tab and group (biomem.ui.turns) ---------------------------------
 
-    def claim(self, request: gr.Request, group: str) -> None:
-        """Start an action of `group` in this browser tab. Gradio can dispatch one double click twice
-        (its "once" guard opens only after gathering the inputs), so a second start while the first
-        runs raises an invisible error: that event chain stops, and nothing is shown or consumed."""
-        key = (request.session_hash or "", group)
-        with self._running_lock:
-            if key in self._running:
-                raise gr.Error("This action is already under way.", visible=False, print_exception=False)
-            self._running.add(key)
+    def take_turn(self, request: gr.Request, group: str, action: str, click: Any = None) -> None:
+        """Start `action` of `group` in this browser tab once the action under way there has been shown. The
+        same action dispatched twice by Gradio (one double click) raises an invisible error: that event chain
+        stops, and nothing is shown or consumed. `click`: the page's number of the click (biomem.ui.turns)."""
+        try:
+            number = int(click) if isinstance(click, (int, float)) and 0 < click < 2**31 else None
+            self.turns.take(request.session_hash or "", group, action, number)
+        except Repeated:
+            raise gr.Error("This action is already under way.", visible=False, print_exception=False) from None
+        except Crowded:
+            raise hint("The page is busy with many visitors: click again in a moment.", "Busy") from None
 
-    def release(self, request: gr.Request, group: str) -> None:
-        """The action of `group` in this tab has landed: the next one may start."""
-        with self._running_lock:
-            self._running.discard((request.session_hash or "", group))
+    def turn_landed(self, request: gr.Request, group: str) -> bool:
+        """This tab's action of `group` is being shown; True when another waits to run next (it takes the buttons)."""
+        return self.turns.landed(request.session_hash or "", group)
+
+    def give_back_turn(self, request: gr.Request, group: str) -> None:
+        """The page has shown this tab's action of `group`: the next one may start."""
+        self.turns.give_back(request.session_hash or "", group)
 
     # ---- probes ---------------------------------------------------------------------------------
 
@@ -104,17 +121,23 @@ class Controller:
         return client_keys(request.session_hash, request.client.host if request.client else "",
                            request.headers.get("x-forwarded-for"), trust_proxy=self.settings.trust_proxy)
 
-    def probe(self, value: Any, encoder: str | None, what: str = "probe", client: list[str] | None = None) -> Probe:
+    def probe(self, value: Any, encoder: str | None, what: str = "probe",
+              client: list[str] | None = None) -> Shown:
         """Read, delete and encode one probe upload, or fuse a webcam burst's frames (biomem.ui.bursts) into
-        one probe; a client in cool-down costs no encoding."""
-        try:
-            self.mem.limiter.check(client)
-        except BioMemError:
-            uploads.discard(value)
-            raise
+        one probe; a client in cool-down costs no encoding. Returns the probe and the attempt-limit keys it
+        counts against: none for a sample capture this page handed out (public, so no attempt of anyone's)."""
         if isinstance(value, Burst):
-            return self.fused(value, encoder or self.mem.modality)
-        return self.mem.probe(uploads.read_once(value, what), encoder or self.mem.modality)
+            self.mem.limiter.check(client)
+            return Shown(self.fused(value, encoder or self.mem.modality), client)
+        try:
+            image = load_image(uploads.read_once(value, what))
+        except BioMemError as exc:
+            title, message = readable(exc)
+            raise fail(message, title) from None
+        sample = self.samples.which(image)
+        client = None if sample else client
+        self.mem.limiter.check(client)
+        return Shown(self.mem.probe(image, encoder or self.mem.modality), client, sample and sample[0])
 
     def fused(self, burst: Burst, encoder: str) -> Probe:
         """A burst's frames fused by the engine, its refusals said of the burst: no usable frame (the hint of
@@ -136,22 +159,22 @@ class Controller:
                        "take the burst again.", "More than one person") from None
 
     def step_up(self, value: Any, second: Any, encoder: str | None,
-                client: list[str] | None) -> Probe | dict[str, Probe]:
-        """A change's fresh probe: one, or two when the person enrolled a face and a palm (the
-        second read with the store's encoder of the other kind)."""
+                client: list[str] | None) -> tuple[Probe | dict[str, Probe], list[str] | None]:
+        """A change's fresh probe: one, or two when the person enrolled a face and a palm (the second read
+        with the store's encoder of the other kind); with the attempt-limit keys they count against."""
         name = encoder or self.mem.modality
         if not uploads.upload_path(second):
-            return self.probe(value, name, "fresh probe", client)
+            return self.probe(value, name, "fresh probe", client)[:2]
         other = self.mem.other_kind(name)
         if other is None:
             uploads.discard(value, second)
             raise hint("Nobody here enrolled a second kind of probe: leave the second one empty.", "No second kind")
-        first = self.probe(value, name, "fresh probe", client)
-        return {name: first, other: self.probe(second, other, "second probe", client)}
+        first, again = self.probe(value, name, "fresh probe", client), self.probe(second, other, "second probe", client)
+        return {name: first.probe, other: again.probe}, first.client or again.client
 
     def sample_capture(self, person: str, encoder: str | None) -> np.ndarray:
         """A fresh capture of a sample person for the probe input (face or palm by the encoder)."""
-        return demo.sample_capture(self.mem, person, encoder)
+        return self.samples.hand_out(person, encoder, demo.sample_capture(self.mem, person, encoder))
 
     def second_sample(self, person: str, encoder: str | None) -> np.ndarray:
         """A fresh capture of a sample person of the other kind than `encoder` (their palm beside a
@@ -159,7 +182,13 @@ class Controller:
         other = self.mem.other_kind(encoder or self.mem.modality)
         if other is None:
             raise hint("Nobody here enrolled a second kind of probe: leave the second one empty.", "No second kind")
-        return demo.sample_capture(self.mem, person, other)
+        return self.samples.hand_out(person, other, demo.sample_capture(self.mem, person, other))
+
+    def resample(self, side: dict[str, Any] | None, encoder: str | None) -> np.ndarray | None:
+        """A fresh capture of the sample person a Compare side's probe was (its box is not left empty), else
+        None: a visitor's own photo is used once and gone."""
+        person = (side or {}).get("sample")
+        return self.sample_capture(person, encoder) if person else None
 
     # ---- the public API: ask, remember, compare -------------------------------------------------
 
@@ -178,8 +207,7 @@ class Controller:
         if not question:
             uploads.discard(probe)
             raise hint("Type a question first.", "No question")
-        client = self.clients(request)
-        return self.answer(question, self.probe(probe, encoder, client=client), client)
+        return self.answer(question, *self.probe(probe, encoder, client=self.clients(request))[:2])
 
     def remember(self, text: str, probe: Any, encoder: str | None = None, request: gr.Request | None = None,
                  where: Any = None, hidden: Any = None) -> dict[str, Any]:
@@ -194,8 +222,7 @@ class Controller:
         except gr.Error:
             uploads.discard(probe)
             raise
-        client = self.clients(request)
-        proof = self.probe(probe, encoder, client=client)
+        proof, client, _ = self.probe(probe, encoder, client=self.clients(request))
         if scope is None:
             note = self.mem.add(text, probe=proof, client=client)
             return {"kind": "remember", "question": text, "owner": self.mem.store.identity(note.owner).label,
@@ -237,7 +264,8 @@ class Controller:
         sides = {}
         for side, value in (("a", probe_a), ("b", probe_b)):
             try:
-                sides[side] = self.answer(question, self.probe(value, encoder, client=client), client)
+                proof, counted, sample = self.probe(value, encoder, client=client)
+                sides[side] = {**self.answer(question, proof, counted), **({"sample": sample} if sample else {})}
             except TooManyAttemptsError:
                 uploads.discard(probe_a, probe_b)
                 raise
@@ -319,10 +347,9 @@ class Controller:
         """The requester's own notes, for reading (a step-up probe), and the engine session that keeps
         them readable in this tab for UNLOCK_SECONDS (its token stays on the server); every change asks
         again."""
-        client = self.clients(request)
-        proof = self.step_up(probe, second, encoder, client)
+        proof, client = self.step_up(probe, second, encoder, self.clients(request))
         self.mem.verify(proof, "Unlocking your notes", client=client)
-        bound = f"ui:{request.session_hash if request else ''}"
+        bound = "ui:" + "|".join(self.clients(request) or [])  # this tab and its client: nobody else's
         session = self.mem.session(proof, client=client, ttl=UNLOCK_SECONDS, bound_to=bound)
         return {"token": session.token, "bound": bound, "label": session.label,
                 "until": time.time() + UNLOCK_SECONDS, "rows": self.rows(session)}
@@ -370,8 +397,7 @@ class Controller:
         except gr.Error:
             uploads.discard(probe, second)
             raise
-        client = self.clients(request)
-        proof = self.step_up(probe, second, encoder, client)
+        proof, client = self.step_up(probe, second, encoder, self.clients(request))
         note = self.mem.delete(number, probe=proof, client=client)
         return f"Deleted note {note.id}: “{render.esc(note.content)}”."
 
@@ -381,8 +407,7 @@ class Controller:
         if not confirmed:
             uploads.discard(probe, second)
             raise hint("Tick the box to confirm: this erases everything of yours.", "Not confirmed")
-        client = self.clients(request)
-        proof = self.step_up(probe, second, encoder, client)
+        proof, client = self.step_up(probe, second, encoder, self.clients(request))
         label = self.mem.store.identity(self.mem.verify(proof, "Forgetting you", client=client)).label
         self.mem.forget(probe=proof, client=client)
         return f"Forgot **{render.esc(label)}**: notes, links, history, templates and index entries are erased."
@@ -415,8 +440,8 @@ class Controller:
         """The households of whoever the probe shows, with their members: the Remember's choices. Only
         after the gate admitted the requester, and only theirs (a stranger is refused, as for Remember; a probe
         the gate cannot tell between two people is refused as ambiguous, naming nobody)."""
-        client = self.clients(request)
-        gate = self.mem.identify(self.probe(probe, encoder, client=client), policy="best", client=client)
+        proof, client, _ = self.probe(probe, encoder, client=self.clients(request))
+        gate = self.mem.identify(proof, policy="best", client=client)
         person = self.mem.owner_of(gate)  # AmbiguousProbeError, or UnknownIdentityError for nobody
         return {"person": person, "label": gate.labels[person],
                 "groups": [{"id": g.id, "label": g.label,
@@ -430,8 +455,8 @@ class Controller:
         try:
             if not label:
                 raise hint("Give the new household a name.", "No household name")
-            client = self.clients(request)
-            home = self.mem.create_group(label, probe=self.step_up(probe, second, encoder, client), client=client)
+            proof, client = self.step_up(probe, second, encoder, self.clients(request))
+            home = self.mem.create_group(label, probe=proof, client=client)
         finally:
             uploads.discard(probe, second)
         return (f"Founded the household **{render.esc(home.label)}** with **{render.esc(home.member_labels[0])}** "
@@ -451,9 +476,9 @@ class Controller:
             if not uploads.upload_path(member) or not uploads.upload_path(newcomer):
                 raise hint("Give both probes: a member of the household, and the person joining it.",
                            "Two people needed")
-            client = self.clients(request)
-            inviter = self.step_up(member, member_second, encoder, client)
-            joining = self.step_up(newcomer, newcomer_second, encoder, client)
+            inviter, client = self.step_up(member, member_second, encoder, self.clients(request))
+            joining, counted = self.step_up(newcomer, newcomer_second, encoder, self.clients(request))
+            client = client or counted
             member_id = self.mem.verify(inviter, "Inviting someone", client=client)
             home = next((g for g in self.mem.groups(identity=member_id) if g.label.casefold() == label.casefold()),
                         None)
@@ -468,6 +493,32 @@ class Controller:
         return (f"**{render.esc(home.member_labels[-1])}** joined **{render.esc(home.label)}**: its members are "
                 f"{', '.join(render.esc(name) for name in home.member_labels)}. Each of them now reads its notes "
                 "with their own probe.")
+
+    def leave_household(self, label: str, probe: Any, second: Any, encoder: str | None,
+                        request: gr.Request | None = None) -> str:
+        """The person a fresh step-up probe shows leaves their household named `label` (the last member to
+        leave takes it and its notes with them). A household they are not in reads as one that does not exist."""
+        label = (label or "").strip()
+        try:
+            if not label:
+                raise hint("Give the name of the household to leave.", "No household name")
+            proof, client = self.step_up(probe, second, encoder, self.clients(request))
+            person = self.mem.verify(proof, "Leaving a household", client=client)
+            home = next((g for g in self.mem.groups(identity=person) if g.label.casefold() == label.casefold()),
+                        None)
+            if home is None:
+                raise fail(NO_HOUSEHOLD[1], NO_HOUSEHOLD[0])
+            try:
+                left = self.mem.remove_member(home.id, person, probe=proof, client=client)
+            except GroupNotFoundError:  # left in the meantime
+                raise fail(NO_HOUSEHOLD[1], NO_HOUSEHOLD[0]) from None
+        finally:
+            uploads.discard(probe, second)
+        name = render.esc(home.label)
+        if left is None:
+            return f"You were the last member of **{name}**: it is gone, with its notes."
+        return f"You left **{name}**: its notes no longer reach you. Its members now: " + ", ".join(
+            render.esc(n) for n in left.member_labels) + "."
 
     # ---- encoders and calibration ---------------------------------------------------------------
 

@@ -4,7 +4,9 @@ Anyone who reads the page's config can post to any event (Gradio's `api_visibili
 event from the docs), so the check runs in the handler, never in what the page shows. The role of a
 page visitor is the role of the API key they signed in with; without one it is `public` on a store
 that has keys, and on a store without keys the page is an open demo (`agent`, or `admin` with
-BIOMEM_ADMIN=1), as a keyless REST caller on loopback is.
+BIOMEM_ADMIN=1), as a keyless REST caller on loopback is. Before the role, every event must name this
+server in its Host and Origin headers (biomem.engine.origins), as a keyless REST caller must: a web page
+that a visitor opens elsewhere cannot drive the page through DNS rebinding or a cross-site post.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ import gradio as gr
 
 from ..engine import access
 from ..engine.keys import any_keys, authenticate, digest
+from ..engine.origins import admitted, served_names
 from ..errors import NotAuthorisedError
+from ..settings import Settings
 from ..stores import MemoryStore
+from .visitors import Visitors
 
 SIGN_IN_SECONDS = 8 * 3600  # an operator's sign-in lasts a working day in one browser tab
 
@@ -30,10 +35,26 @@ class Operators:
     """Which page sessions signed in with which API key: the key's digest, bound to the session and its
     address, re-read from the store on every check (a revoked key stops working at once)."""
 
-    def __init__(self, store: MemoryStore, *, admin: bool, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: MemoryStore, *, admin: bool, settings: Settings | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.store, self.admin, self.clock = store, admin, clock
+        self.hosts = served_names(settings) if settings else frozenset()  # besides loopback (biomem.engine.origins)
         self._signed: dict[str, tuple[str, str, float]] = {}  # session hash -> (key digest, address, until)
         self._lock = threading.Lock()
+        self.visitors = Visitors()
+
+    def check_host(self, request: gr.Request | None) -> None:
+        """Refuse (NotAuthorisedError) an event whose Host or Origin is not this server's: no other web site drives
+        the page from a visitor's browser, by DNS rebinding or a cross-site post (biomem.engine.origins)."""
+        if request is not None and not admitted(getattr(request, "headers", None) or {}, self.hosts):
+            raise NotAuthorisedError("This page answers only at its own address (localhost, or a name in "
+                                     "BIOMEM_ALLOWED_HOSTS): open it there.")
+
+    def admit(self, request: gr.Request | None) -> None:
+        """Refuse (NotAuthorisedError) an event whose session hash belongs to another client (biomem.ui.visitors)."""
+        session, address = _who(request)
+        agent = request.headers.get("user-agent", "") if request is not None and request.headers else ""
+        self.visitors.admit(session, f"{address} {agent}")
 
     def sign_in(self, secret: str, request: gr.Request | None) -> str:
         """Bind the key `secret` to this page session; its role, or NotAuthorisedError for a wrong key."""
@@ -77,7 +98,8 @@ def _who(request: gr.Request | None) -> tuple[str, str]:
 
 
 def door(operators: Operators, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn` as the page event `name`: refused (NotAuthorisedError) unless the requester's role opens it.
+    """`fn` as the page event `name`: refused (NotAuthorisedError) unless the request names this server (Host,
+    Origin) and the requester's role opens it.
     The handler gains a `request` parameter that Gradio fills; `fn` gets it too if it asks for one."""
     if name not in access.PAGE:
         raise ValueError(f"page event {name!r} is not in biomem.engine.access.PAGE")
@@ -95,6 +117,8 @@ def door(operators: Operators, name: str, fn: Callable[..., Any]) -> Callable[..
     def handler(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(*args, **kwargs)
         request = bound.arguments.get("request")
+        operators.check_host(request)  # before anything: another web site's page reaches nothing
+        operators.admit(request)  # a borrowed session hash reaches no one's state
         if not public:  # every role opens a public door: its events (views, begin/end) read no keys
             access.require(name, operators.role(request), WHAT.get(name, "This"))
         if not wants_request:

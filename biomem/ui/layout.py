@@ -14,25 +14,29 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import gradio as gr
 
 from ..engine.memory import BioMemory
+from ..identity.enrolment import MAX_LABEL_CHARS
 from ..settings import Settings
 from . import bursts, render, uploads
 from .controller import OWN, UNLOCK_SECONDS, Controller
 from .doors import door
 from .messages import friendly
 from .style import GLOSS, HEADING, INTRO, TITLE
+from .turns import CLICK_ORDER
 
 DEFAULT_QUESTION = "What is my bank card PIN?"
 # Compare's demo questions (button id, question): one person's own note, then the demo household's notes.
 DEMO_QUESTIONS = (("pin", DEFAULT_QUESTION), ("wifi", "What is the Wi-Fi password?"),
                   ("party", "When is the surprise party?"))
 OWN_ONLY = [("My own notes", OWN)]  # the Remember's "where" until "My households" offers a requester's own
+QUEUE_SIZE = 1024  # events waiting at once, all visitors together
+LOCK_CHECK_SECONDS = 5  # how often a tab checks whether its unlocked time is up
 PENDING_SECONDS = 600  # an unused probe left in an input is deleted after this (and by Gradio's sweep)
 PRIVATE = {"api_visibility": "private"}  # internal events: hidden from the API docs and from clients
 RAW = {"preprocess": False}  # probe events get the raw upload: Gradio never decodes (or keeps) a probe
@@ -65,11 +69,14 @@ class BurstBox:
 @dataclass(frozen=True)
 class Listing:
     """The "My notes" listing: the unlocked session (kept on the server), its line and its table. Made
-    before the tabs, so a Remember in any tab can refresh it in its last event."""
+    before the tabs, so a Remember in any tab can refresh it in its last event. `private` lists what else
+    shows a person's memories or households, with its empty value: Lock (and the end of the unlocked
+    time) empties all of it, for whoever steps up to the device next."""
 
     unlocked: gr.State
     message: gr.Markdown
     table: gr.Dataframe
+    private: list[tuple[Any, Any]] = field(default_factory=list)
 
     @property
     def outputs(self) -> list[Any]:
@@ -87,30 +94,54 @@ def on(ui: Controller, name: str, fn: Callable) -> Callable:
 def action(ui: Controller, triggers: Sequence[Any], group: str, controls: Sequence[Control], work: Callable,
            inputs: list[Any], result: Any, finish: Callable, finish_inputs: list[Any], finish_outputs: list[Any],
            *, name: str, burst: BurstBox | None = None, **work_options: Any) -> None:
-    """Wire one visitor action: `controls` go busy and `result` is emptied at once (a second start of
-    `group` in the same tab while one runs is ignored), `work` writes `result` (or raises: a toast), and
-    then `finish` renders `finish_outputs` from `finish_inputs` (`result` None: the work failed) in the
-    same last event that gives the controls back, and says what became of the `burst` the work took (its
-    frames are among `inputs`). `name` is the work's door in biomem.engine.access."""
+    """Wire one visitor action: it takes its turn in `group` (biomem.ui.turns: another action of the group
+    under way in this tab is shown first, then this one runs), `controls` go busy and `result` is emptied,
+    `work` writes `result` (or raises: a toast), and then `finish` renders `finish_outputs` from
+    `finish_inputs` (`result` None: the work failed) in the same last event that gives the controls back
+    (or leaves them to the action waiting next), says what became of the `burst` the work took (its frames
+    are among `inputs`) and empties `result` again: nothing the work returned stays in the session. The turn
+    ends once the page has shown all that. `name` is the work's door in biomem.engine.access."""
     buttons = [c.button for c in controls]
     held = [burst.frames] if burst else []
+    # The last event reads the work's result on the server: a visible result (the API's JSON) is written to a
+    # State beside it, since the browser may start that event before it has taken the JSON in.
+    carried = result if isinstance(result, gr.State) else gr.State(None)
+    written = [carried] if carried is result else [result, carried]
+    inputs_of_end = [carried if component is result else component for component in finish_inputs]
 
-    def begin(request: gr.Request) -> tuple[Any, ...]:
-        ui.claim(request, group)
+    def begin(click: Any, request: gr.Request) -> tuple[Any, ...]:
+        ui.take_turn(request, group, name, click)
         return (None, *(gr.update(interactive=False, value=c.busy or c.label) for c in controls))
 
     def end(request: gr.Request, *values: Any) -> tuple[Any, ...]:
-        ui.release(request, group)
+        next_waits = ui.turn_landed(request, group)
         shown = finish(*values[:len(values) - len(held)])
         said = [frames.status() for frames in values[len(values) - len(held):]]
-        return (*shown, *said, *(gr.update(interactive=True, value=c.label) for c in controls))
+        given = (gr.skip() if next_waits else gr.update(interactive=True, value=c.label) for c in controls)
+        return (*shown, *said, None, *given)
 
-    started = gr.on(list(triggers), on(ui, "page:view", begin), None, [result, *buttons], **QUICK)
+    def shown(request: gr.Request) -> None:
+        ui.give_back_turn(request, group)
+
+    click = gr.Number(visible=False)  # the click's number in its tab, set in the browser (turns.CLICK_ORDER)
+    started = gr.on(list(triggers), on(ui, "page:view", begin), [click], [result, *buttons], js=CLICK_ORDER,
+                    **QUICK)
     public = "api_name" in work_options  # ask, remember and compare: the public API
-    worked = started.success(on(ui, name, work), inputs, [result], **({} if public else PRIVATE), **work_options)
+    worked = started.success(twice(on(ui, name, work)) if len(written) == 2 else on(ui, name, work), inputs, written,
+                             **({} if public else PRIVATE), **work_options)
     for landed in (worked.success, worked.failure):
-        landed(on(ui, "page:view", end), [*finish_inputs, *held],
-               [*finish_outputs, *([burst.status] if burst else []), *buttons], **QUICK)
+        ended = landed(on(ui, "page:view", end), [*inputs_of_end, *held],
+                       [*finish_outputs, *([burst.status] if burst else []), carried, *buttons], **QUICK)
+        ended.then(on(ui, "page:view", shown), None, None, **QUICK)
+
+
+def twice(fn: Callable) -> Callable:
+    """`fn` whose value is returned twice: for a visible output and for the State beside it."""
+    @functools.wraps(fn)
+    def both(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        value = fn(*args, **kwargs)
+        return value, value
+    return both
 
 
 def watch(ui: Controller, component: gr.Image | gr.File) -> None:
@@ -220,7 +251,7 @@ def header(ui: Controller) -> tuple[gr.HTML, gr.Dropdown, gr.Button, gr.Markdown
     return status, encoder, load_button, load_message
 
 
-def compare_tab(ui: Controller, encoder: gr.Dropdown, load_button: gr.Button) -> dict[str, Any]:
+def compare_tab(ui: Controller, encoder: gr.Dropdown, load_button: gr.Button, listing: Listing) -> dict[str, Any]:
     """The one-minute story; returns its button, its probes and what shows a result, for Load demo."""
     gr.Markdown("One question, two people at the same agent. Each side is gated by its own probe: two "
                 "decisions, two sets of memories, two answers. Ana, Ben and Chloe share a household: its Wi-Fi "
@@ -244,19 +275,23 @@ def compare_tab(ui: Controller, encoder: gr.Dropdown, load_button: gr.Button) ->
     with gr.Accordion("Raw result (JSON, as the compare API returns it)", open=False):
         raw = gr.JSON(elem_id="bm-cmp-json")
 
+    empty = render.panel_html(None, True)
+    listing.private.extend([(panel_a, empty), (panel_b, empty), (chart, ""), (raw, None)])
+
     def compare(question: str, probe_a: Any, probe_b: Any, encoder: str | None, request: gr.Request) -> dict[str, Any]:
         """One question asked as two requesters: both gate decisions, retrieved notes and answers."""
         return ui.compare(question, probe_a, probe_b, encoder, request)
 
-    def shown(result: dict[str, Any] | None) -> tuple[Any, ...]:
+    def shown(result: dict[str, Any] | None, encoder: str | None) -> tuple[Any, ...]:
         result = result or {}
         return (render.panel_html(result.get("a"), True), render.panel_html(result.get("b"), True),
-                render.compare_chart(result), None, None)
+                render.compare_chart(result), *(ui.resample(result.get(side), encoder) for side in "ab"))
 
     # Load demo fills these probes: it may not run while a compare does, nor a compare while it loads.
     controls = [Control(button, "Compare"), Control(load_button, "Load demo")]
     action(ui, [button.click, question.submit], "compare", controls, compare, [question, probe_a, probe_b, encoder],
-           raw, shown, [raw], [panel_a, panel_b, chart, probe_a, probe_b], name="page:compare", api_name="compare",
+           raw, shown, [raw, encoder], [panel_a, panel_b, chart, probe_a, probe_b], name="page:compare",
+           api_name="compare",
            show_progress_on=[panel_a, panel_b], **RAW)
     return {"button": button, "probes": [probe_a, probe_b], "shown": [panel_a, panel_b, chart]}
 
@@ -305,6 +340,7 @@ def chat_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Lis
             return (history, render.panel_html(None), "", "", None, ui.status(), *listing_now(ui, unlocked))
         return history, render.panel_html(result), result["prompt"], "", None, ui.status(), *(gr.skip(),) * 3
 
+    listing.private.extend([(chatbot, []), (panel, render.panel_html(None)), (prompt, ""), (raw, None)])
     controls = [Control(ask_button, "Ask"), Control(remember_button, "Remember")]
     outputs = [chatbot, panel, prompt, question, probe, status, *listing.outputs]
     for triggers, work, name in (([ask_button.click, question.submit], ask, "ask"),
@@ -326,15 +362,16 @@ def listing_now(ui: Controller, unlocked: dict[str, Any] | None) -> tuple[Any, .
 
 def listing_of(unlocked: dict[str, Any], rows: list[list[Any]]) -> tuple[Any, ...]:
     """[session, message, table] of "My notes" showing `rows` of the unlocked person."""
-    message = (f"Showing the notes of **{render.esc(unlocked['label'])}** ({len(rows)}) until "
-               f"{datetime.fromtimestamp(unlocked['until']):%H:%M:%S}.")
+    message = (f"Showing the notes of **{render.esc(unlocked['label'])}** ({len(rows)}). This page locks them "
+               f"at {datetime.fromtimestamp(unlocked['until']):%H:%M:%S} ({UNLOCK_SECONDS // 60} minutes after "
+               "unlocking), or when you press **Lock**.")
     return unlocked, message, rows
 
 
 def enrol_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Listing) -> None:
     gr.Markdown("### New identity\nOne or more face photos or palm images of one person (the probe encoder "
                 "at the top decides which). The images are deleted once encoded; only the templates are kept.")
-    label = gr.Textbox(label="Name", elem_id="bm-enrol-name")
+    label = gr.Textbox(label="Name", max_length=MAX_LABEL_CHARS, elem_id="bm-enrol-name")
     files = gr.File(label="Images", file_count="multiple", file_types=["image"], type="filepath",
                     elem_id="bm-enrol-files")
     watch(ui, files)
@@ -376,6 +413,7 @@ def remember_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listin
     memo_message = gr.Markdown(elem_id="bm-memo-message")
     stored, found = gr.State(None), gr.State(None)
     homes = gr.State(None)  # whom "My households" admitted, and their households: the choices (server-side)
+    listing.private.extend([(memo_message, ""), *zip((where, hidden, homes), choices(None))])
     controls = [Control(memo_button, "Remember"), Control(homes_button, "My households")]
 
     def memo(text: str, probe: Any, frames: bursts.Frames | None, where: Any, hidden: Any, encoder: str | None,
@@ -412,8 +450,9 @@ def remember_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listin
             return (f"**{render.esc(done['label'])}** belongs to no household yet: found one under **Households** "
                     "below.", None, *choices(None))
         names = ", ".join(f"**{render.esc(g['label'])}**" for g in done["groups"])
-        return (f"Households of **{render.esc(done['label'])}**: {names}. Choose where, then show your probe "
-                "again and press **Remember**.", None, *choices(done))
+        return (f"Households of **{render.esc(done['label'])}**: {names}. Choose one under **Where** (your own "
+                "notes are chosen until you do), then show your probe again and press **Remember**.", None,
+                *choices(done))
 
     action(ui, [homes_button.click], "memo", controls, households, [probe, burst.frames, encoder], found, offered,
            [found], [memo_message, probe, where, hidden, homes], name="page:households", burst=burst,
@@ -422,13 +461,10 @@ def remember_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listin
 
 
 def choices(homes: dict[str, Any] | None) -> tuple[Any, ...]:
-    """[where, hidden, homes] of the Remember: one's own notes only, or the households `homes` offers (the
-    first one chosen, nobody hidden)."""
-    if not homes:
-        return gr.update(choices=OWN_ONLY, value=OWN), gr.update(choices=[], value=[]), None
-    first = str(homes["groups"][0]["id"])
-    offered = OWN_ONLY + [(f"Household: {g['label']}", str(g["id"])) for g in homes["groups"]]
-    return gr.update(choices=offered, value=first), hide_choices(first, homes), homes
+    """[where, hidden, homes] of the Remember: one's own notes only, or also the households `homes` offers
+    (one's own notes still chosen: a household is a choice the person makes, nobody hidden)."""
+    offered = OWN_ONLY + [(f"Household: {g['label']}", str(g["id"])) for g in (homes or {}).get("groups", [])]
+    return gr.update(choices=offered, value=OWN), gr.update(choices=[], value=[]), homes or None
 
 
 def hide_choices(where: Any, homes: dict[str, Any] | None) -> Any:
@@ -464,9 +500,20 @@ def households_panel(ui: Controller, encoder: gr.Dropdown, listing: Listing) -> 
                     newcomer_second = second_input(ui, "bm-join-newcomer-second", "The newcomer — second probe",
                                                    encoder)
             join_button = gr.Button("Join household", variant="primary", elem_id="bm-join")
+    with gr.Accordion("Leave a household", open=False, elem_id="bm-leave"):
+        gr.Markdown("Its notes stop reaching you; what you wrote there stays with its members. The last member to "
+                    "leave takes the household and its notes with them.", elem_classes="bm-hint")
+        with gr.Row():
+            with gr.Column(min_width=240):
+                leave_name = gr.Textbox(label="Household name (one of yours)", elem_id="bm-leave-name")
+                leave_button = gr.Button("Leave household", variant="stop", elem_id="bm-leave-button")
+            with gr.Column(min_width=240):
+                leaver = probe_input(ui, "bm-leave-probe", "You — fresh probe", encoder)
+                leaver_second = second_input(ui, "bm-leave-second", "You — second probe (the other kind)", encoder)
     message = gr.Markdown(elem_id="bm-households-message")
-    founded, joined = gr.State(None), gr.State(None)
-    controls = [Control(found_button, "Found household"), Control(join_button, "Join household")]
+    founded, joined, left = gr.State(None), gr.State(None), gr.State(None)
+    controls = [Control(found_button, "Found household"), Control(join_button, "Join household"),
+                Control(leave_button, "Leave household")]
 
     def found(label: str, probe: Any, second: Any, encoder: str | None, request: gr.Request) -> str:
         return ui.found_household(label, probe, second, encoder, request)
@@ -491,13 +538,21 @@ def households_panel(ui: Controller, encoder: gr.Dropdown, listing: Listing) -> 
            [message, join_name, member, member_second, newcomer, newcomer_second, *listing.outputs],
            name="page:join_household", show_progress_on=[message], **RAW)
 
+    def leave(label: str, probe: Any, second: Any, encoder: str | None, request: gr.Request) -> str:
+        return ui.leave_household(label, probe, second, encoder, request)
 
-def notes_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Listing) -> None:
+    action(ui, [leave_button.click], "household", controls, leave, [leave_name, leaver, leaver_second, encoder],
+           left, landed(2), [left, listing.unlocked], [message, leave_name, leaver, leaver_second, *listing.outputs],
+           name="page:leave_household", show_progress_on=[message], **RAW)
+
+
+def notes_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Listing) -> gr.Button:
+    """Unlock one's own notes (a step-up probe), delete a note, forget oneself; returns the Lock button."""
     gr.Markdown(f"### My notes\nShow a clear probe to see your own notes, and your households' (marked in "
-                f"*from*), for {UNLOCK_SECONDS // 60} minutes in this tab. Deleting a note or forgetting yourself "
+                f"*from*), for {UNLOCK_SECONDS // 60} minutes in this tab: then, or when you press **Lock**, the "
+                "page forgets them and every answer it showed you. Deleting a note or forgetting yourself "
                 "asks for a fresh probe each time. The demo people enrolled a face and a palm: pick them in both "
                 "boxes.")
-    timer = gr.Timer(15)  # hides an unlocked listing once its time is up
     probe = probe_input(ui, "bm-unlock-probe", "Probe", encoder, height=200)
     burst = burst_input(ui, "bm-unlock-probe", probe)
     second = second_input(ui, "bm-unlock-second", "Second probe (the other kind)", encoder)
@@ -520,20 +575,32 @@ def notes_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing:
         unlocked = {key: session[key] for key in ("token", "bound", "label", "until")}
         return (*listing_of(unlocked, session["rows"]), "", None, None)
 
-    def lock(unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
-        ui.lock(unlocked)
-        return (*LOCKED, "")
-
-    def lock_when_due(unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
-        return lock(unlocked) if unlocked and unlocked["until"] < time.time() else (gr.skip(),) * 4
-
     controls = [Control(unlock_button, "Unlock my notes"), Control(lock_button, "Lock")]
     action(ui, [unlock_button.click], "unlock", controls, unlock, [probe, burst.frames, second, encoder], result,
            shown, [result, listing.unlocked], [*listing.outputs, notes_message, probe, second],
            name="page:unlock", burst=burst, show_progress_on=[listing.message], **RAW)
-    lock_button.click(on(ui, "page:view", lock), [listing.unlocked], [*listing.outputs, notes_message], **PRIVATE)
-    timer.tick(on(ui, "page:view", lock_when_due), [listing.unlocked], [*listing.outputs, notes_message],
-               show_progress="hidden", **PRIVATE)
+    listing.private.append((notes_message, ""))
+    return lock_button
+
+
+def locking(ui: Controller, listing: Listing, lock_button: gr.Button) -> None:
+    """Lock, and the end of the unlocked time (a timer checks every few seconds): the engine session ends and
+    everything `listing.private` holds is emptied. Wired once every tab has added its private outputs."""
+    timer = gr.Timer(LOCK_CHECK_SECONDS)
+    private = [component for component, _ in listing.private]
+    emptied = tuple(value for _, value in listing.private)
+
+    def lock(unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
+        ui.lock(unlocked)
+        return (*LOCKED, *emptied)
+
+    def lock_when_due(unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
+        due = unlocked and unlocked["until"] < time.time()
+        return lock(unlocked) if due else (gr.skip(),) * (len(LOCKED) + len(emptied))
+
+    outputs = [*listing.outputs, *private]
+    lock_button.click(on(ui, "page:view", lock), [listing.unlocked], outputs, **PRIVATE)
+    timer.tick(on(ui, "page:view", lock_when_due), [listing.unlocked], outputs, show_progress="hidden", **PRIVATE)
 
 
 def changes_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Listing) -> gr.Markdown:
@@ -698,13 +765,12 @@ def demo_panel(ui: Controller, load_button: gr.Button, load_message: gr.Markdown
 
     def shown(done: dict[str, Any] | None) -> tuple[Any, ...]:
         if done is None:
-            return "", ui.status(), *(gr.skip(),) * 5
-        empty = render.panel_html(None, True)
-        return done["message"], ui.status(), *done["probes"], empty, empty, ""
+            return "", ui.status(), gr.skip(), gr.skip()
+        return done["message"], ui.status(), *done["probes"]
 
     action(ui, [load_button.click], "compare",
            [Control(load_button, "Load demo"), Control(compare["button"], "Compare", busy="Waiting for the demo…")],
-           load_demo, [encoder], loaded, shown, [loaded], [load_message, status, *compare["probes"], *compare["shown"]],
+           load_demo, [encoder], loaded, shown, [loaded], [load_message, status, *compare["probes"]],
            name="page:load_demo", show_progress_on=[load_message])
 
 
@@ -722,7 +788,7 @@ def build_app(memory: BioMemory | None = None, *, settings: Settings | None = No
                                        max_height=320, elem_id="bm-my-notes", render=False))
         with gr.Tabs(elem_id="bm-tabs"):
             with gr.Tab("Compare", id="compare", elem_id="bm-tab-compare"):
-                compare = compare_tab(ui, encoder, load_button)
+                compare = compare_tab(ui, encoder, load_button, listing)
             with gr.Tab("Chat", id="chat", elem_id="bm-tab-chat"):
                 chat_probe = chat_tab(ui, encoder, status, listing)
             with gr.Tab("Enrol", id="enrol", elem_id="bm-tab-enrol"):
@@ -730,7 +796,7 @@ def build_app(memory: BioMemory | None = None, *, settings: Settings | None = No
                     with gr.Column():
                         enrol_column(ui, encoder, status, listing)
                     with gr.Column():
-                        notes_column(ui, encoder, status, listing)
+                        lock_button = notes_column(ui, encoder, status, listing)
                 with gr.Accordion("Households: found one, or join one", open=False, elem_id="bm-households"):
                     households_panel(ui, encoder, listing)
                 with gr.Accordion("Import LoCoMo conversations (server path)", open=False, visible=ui.admin):
@@ -740,7 +806,10 @@ def build_app(memory: BioMemory | None = None, *, settings: Settings | None = No
             with gr.Tab("Calibrate", id="calibrate", elem_id="bm-tab-calibrate"):
                 calibrate_tab(ui, encoder, status)
         demo_panel(ui, load_button, load_message, encoder, status, compare)
+        locking(ui, listing, lock_button)
         page.load(on(ui, "page:status", ui.status), None, [status], **PRIVATE)
-    page.queue(default_concurrency_limit=2, max_size=64)
+    # Every visitor's events wait in one queue (a probe box's file events share one worker): room for a crowd,
+    # bounded so a flood is refused rather than held in memory.
+    page.queue(default_concurrency_limit=2, max_size=QUEUE_SIZE)
     page.biomem_app = ui  # the controller, for tests and for main()
     return page
