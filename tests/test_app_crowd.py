@@ -214,3 +214,16 @@ def test_a_compare_with_sample_probes_spends_no_attempts(make_memory, cache, mon
         Image.fromarray(demo_capture(STRANGER, 77)).save(path)
     result = ui.compare("What is my bank card PIN?", str(own[0]), str(own[1]), None, tab)
     assert "sample" not in result["a"] and [c for c in counted if c] == [ui.clients(tab)] * 2
+
+
+def test_a_compare_side_that_is_not_an_image_says_so_and_the_other_side_answers(make_memory, cache):
+    """One side's file is not an image: that side says why, the other answers, and both files are gone."""
+    ui = Controller(make_memory())
+    ui.load_demo()
+    ana, junk = cache / "ana.png", cache / "notes.png"
+    Image.fromarray(ui.sample_capture("Ana", None)).save(ana)
+    junk.write_bytes(b"my shopping list, not a photo")
+    result = ui.compare("What is my bank card PIN?", str(ana), str(junk), None, visit("tab-1", "203.0.113.7"))
+    assert "4821" in result["a"]["answer"]
+    assert result["b"]["error"] and "PNG" in result["b"]["message"] and "JPEG" in result["b"]["message"]
+    assert not ana.exists() and not junk.exists()

@@ -129,11 +129,7 @@ class Controller:
         if isinstance(value, Burst):
             self.mem.limiter.check(client)
             return Shown(self.fused(value, encoder or self.mem.modality), client)
-        try:
-            image = load_image(uploads.read_once(value, what))
-        except BioMemError as exc:
-            title, message = readable(exc)
-            raise fail(message, title) from None
+        image = load_image(uploads.read_once(value, what))
         sample = self.samples.which(image)
         client = None if sample else client
         self.mem.limiter.check(client)
