@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from modalities.images import FORMATS
+from modalities.images import FORMATS_TAKEN
 
 from ..errors import (
     AlreadyEnrolledError,
@@ -73,7 +73,7 @@ ERRORS: list[tuple[type[BaseException], str, str]] = [
      "Convert it to JPEG or PNG (a phone can share or save its photos as JPEG)."),
     (CorruptImageError, "Damaged image", "The file is an image but cut short or damaged: save or upload it again."),
     (InvalidImageError, "Not a usable image",
-     f"The file is not an image this encoder can read: send a {', '.join(FORMATS[:-1])} or {FORMATS[-1]} photo."),
+     f"The file is not an image this encoder can read: send a {FORMATS_TAKEN} photo."),
     (ModalityMismatchError, "Wrong kind of probe", ""),
     (AmbiguousProbeError, "Could not tell who", AMBIGUOUS),
     (UnknownIdentityError, "Not recognised",
