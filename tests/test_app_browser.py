@@ -126,6 +126,19 @@ def settled(page, *buttons: str) -> None:
         expect(page.locator(button)).to_be_enabled()
 
 
+def pick(page, box: str, person: str) -> None:
+    """Put a fresh capture of sample `person` in the probe box `box` and wait until it is shown: a new picture,
+    since after a Compare the box already shows a capture of the sample person it held."""
+    from playwright.sync_api import expect
+
+    image = page.locator(f"#{box} .image-frame img")
+    before = image.get_attribute("src") if image.count() else None
+    page.click(f"#{box}-{person}")
+    expect(image).to_be_visible()
+    if before:
+        expect(image).not_to_have_attribute("src", before)
+
+
 def toast(page, heading: str, text: str) -> None:
     """The one toast on screen is headed `heading` ("Warning" for a hint, "Error" for a refusal) and
     says `text` (the app's title first); close it."""
@@ -360,8 +373,7 @@ def test_the_page_holds_what_it_shows_and_the_rough_edges_are_gone(chromium_path
 
             # Enter in the question box compares too (new probes: Chloe and Ben)
             for side, person in (("a", "chloe"), ("b", "ben")):
-                page.click(f"#bm-cmp-probe-{side}-{person}")
-                expect(page.locator(f"#bm-cmp-probe-{side} .image-frame img")).to_be_visible()
+                pick(page, f"bm-cmp-probe-{side}", person)
             page.locator("#bm-cmp-question textarea").press("Enter")
             expect(page.locator("#bm-cmp-panel-a .bm-verdict")).to_contain_text("Matched Chloe")
             expect(page.locator("#bm-cmp-panel-b .bm-verdict")).to_contain_text("Matched Ben")
@@ -604,8 +616,7 @@ def test_the_demo_household_reaches_its_members_only(chromium_path, tmp_path, te
 
             # the surprise party: Ana (a new capture) reads it, Chloe does not, though the Wi-Fi password reaches her
             for side, person in (("a", "ana"), ("b", "chloe")):
-                page.click(f"#bm-cmp-probe-{side}-{person}")
-                expect(page.locator(f"#bm-cmp-probe-{side} .image-frame img")).to_be_visible()
+                pick(page, f"bm-cmp-probe-{side}", person)
             page.click("#bm-cmp-q-party")
             expect(question).to_have_value("When is the surprise party?")
             page.click("#bm-cmp-button")
