@@ -459,6 +459,13 @@ class Controller:
                 "as its first member. Anyone joins it in person: a member's probe and theirs, under "
                 "**Join a household**.")
 
+    def household_named(self, person: int, label: str) -> Group:
+        """`person`'s household named `label` (any case); one that is not theirs reads as one that does not exist."""
+        home = next((g for g in self.mem.groups(identity=person) if g.label.casefold() == label.casefold()), None)
+        if home is None:
+            raise fail(NO_HOUSEHOLD[1], NO_HOUSEHOLD[0])
+        return home
+
     def join_household(self, label: str, member: Any, member_second: Any, newcomer: Any, newcomer_second: Any,
                        encoder: str | None, request: gr.Request | None = None) -> str:
         """A member brings a newcomer into one of the member's households (named `label`): both show fresh
@@ -472,14 +479,12 @@ class Controller:
             if not uploads.upload_path(member) or not uploads.upload_path(newcomer):
                 raise hint("Give both probes: a member of the household, and the person joining it.",
                            "Two people needed")
-            inviter, client = self.step_up(member, member_second, encoder, self.clients(request))
-            joining, counted = self.step_up(newcomer, newcomer_second, encoder, self.clients(request))
+            keys = self.clients(request)
+            inviter, client = self.step_up(member, member_second, encoder, keys)
+            joining, counted = self.step_up(newcomer, newcomer_second, encoder, keys)
             client = client or counted
             member_id = self.mem.verify(inviter, "Inviting someone", client=client)
-            home = next((g for g in self.mem.groups(identity=member_id) if g.label.casefold() == label.casefold()),
-                        None)
-            if home is None:
-                raise fail(NO_HOUSEHOLD[1], NO_HOUSEHOLD[0])
+            home = self.household_named(member_id, label)
             try:
                 home = self.mem.add_member(home.id, probe=inviter, member_probe=joining, client=client)
             except GroupNotFoundError:  # the member left it in the meantime
@@ -500,10 +505,7 @@ class Controller:
                 raise hint("Give the name of the household to leave.", "No household name")
             proof, client = self.step_up(probe, second, encoder, self.clients(request))
             person = self.mem.verify(proof, "Leaving a household", client=client)
-            home = next((g for g in self.mem.groups(identity=person) if g.label.casefold() == label.casefold()),
-                        None)
-            if home is None:
-                raise fail(NO_HOUSEHOLD[1], NO_HOUSEHOLD[0])
+            home = self.household_named(person, label)
             try:
                 left = self.mem.remove_member(home.id, person, probe=proof, client=client)
             except GroupNotFoundError:  # left in the meantime

@@ -127,7 +127,8 @@ def action(ui: Controller, triggers: Sequence[Any], group: str, controls: Sequen
     started = gr.on(list(triggers), on(ui, "page:view", begin), [click], [result, *buttons], js=CLICK_ORDER,
                     **QUICK)
     public = "api_name" in work_options  # ask, remember and compare: the public API
-    worked = started.success(twice(on(ui, name, work)) if len(written) == 2 else on(ui, name, work), inputs, written,
+    door = on(ui, name, work)
+    worked = started.success(door if carried is result else twice(door), inputs, written,
                              **({} if public else PRIVATE), **work_options)
     for landed in (worked.success, worked.failure):
         ended = landed(on(ui, "page:view", end), [*inputs_of_end, *held],
