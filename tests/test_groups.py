@@ -37,6 +37,7 @@ from .conftest import ALICE, BOB, BOTH_STORES, FACE, STRANGER
 from .filter_reference import matches
 
 ANA, BEN, CHLOE, DAN = ALICE, BOB, 3, 4  # people of face_crops(); STRANGER (2) is never enrolled
+FRIEND, LATER = 5, 6  # people of face_crops() whom some tests bring into the household
 WIFI = "The wifi password is tulip-meadow-42"
 PARTY = "Chloe's surprise party is on Saturday at the boathouse"
 QUERY = "what is the wifi password"
@@ -240,6 +241,80 @@ def test_a_note_hidden_from_a_member_never_reaches_her_by_any_path(home, face_pr
     together = mem.search(PARTY, probe=chloe, k=50, links=5, policy="all")
     assert {home.ana.id, home.ben.id, home.chloe.id} <= set(together.gate.admitted)
     assert {n.owner for n in found(together)} & {group.id} and all(n.id != party.id for n in found(together))
+
+
+@BOTH_STORES
+def test_a_note_kept_from_someone_reaches_nobody_they_bring_in(home, face_probe):
+    """Chloe cannot have the party note read by a friend (or a second identity of her own) she brings in, nor by
+    anyone else who joins later: a note hidden from someone is read only by the members it was written for."""
+    mem, group, party = home.mem, home.group, home.party
+    friend = mem.enroll("Fay", [face_probe(FRIEND, 0), face_probe(FRIEND, 1)])
+    fay = face_probe(FRIEND, 4)
+    mem.add_member(group.id, probe=face_probe(CHLOE, 3), member_probe=face_probe(FRIEND, 2))  # Chloe invites Fay
+    assert mem.store.group(group.id).members == [home.ana.id, home.ben.id, home.chloe.id, friend.id]
+    seen = found(mem.search(PARTY, probe=fay, k=50, links=5)) + mem.get_all(probe=fay)
+    seen += found(mem.search(PARTY, probe=fay, k=50, filters={"scope": group.id}))
+    with mem.session(fay) as me:
+        seen += found(me.search(PARTY, k=50, links=5)) + me.get_all()
+    assert home.wifi.id in [n.id for n in seen]  # the household's open notes are his to read
+    assert all(n.id != party.id and "boathouse" not in n.content for n in seen)
+    assert "boathouse" not in mem.ask("When is Chloe's party?", probe=fay).prompt
+    for call in (lambda: mem.get(party.id, probe=fay), lambda: mem.history(party.id, probe=fay)):
+        with pytest.raises(NoteNotFoundError):
+            call()
+
+    # whoever brings the newcomer in: Ben, who reads the note, invites Eve, who does not
+    eve = mem.enroll("Eve", [face_probe(LATER, 0), face_probe(LATER, 1)])
+    mem.add_member(group.id, probe=face_probe(BEN, 3), member_probe=face_probe(LATER, 2))
+    assert all(n.id != party.id for n in found(mem.search(PARTY, probe=face_probe(LATER, 4), k=50)))
+    for person in (ANA, BEN):  # those it was written for still read it
+        assert mem.get(party.id, probe=face_probe(person, 4)).content == PARTY
+    assert sorted(mem.get(party.id, probe=face_probe(ANA, 4)).hidden_from) == \
+        sorted([home.chloe.id, friend.id, eve.id])
+
+    # a note written for everyone after they came is theirs as well; its author, back after leaving, reads hers
+    cake = mem.add("The cake is in the garage freezer", probe=face_probe(BEN, 2), scope=group.id)
+    assert mem.get(cake.id, probe=fay).content == cake.content
+    mem.remove_member(group.id, home.ben.id, probe=face_probe(BEN, 3))
+    mem.add_member(group.id, probe=face_probe(ANA, 3), member_probe=face_probe(BEN, 2))
+    assert mem.get(party.id, probe=face_probe(BEN, 4)).content == PARTY
+
+
+@BOTH_STORES
+def test_no_member_is_left_alone_with_a_note_kept_from_them(make_memory, face_probe, backend, tmp_path):
+    """Chloe may take every other member out of the household, the party note's author first, but she is never
+    left holding it: once no member left may read a note, it is erased, to the last byte, on removal or forget."""
+    mem = make_memory("alone.db")
+    home = build_home(mem, face_probe)
+    group, party, chloe = home.group, home.party, face_probe(CHLOE, 3)
+    also = mem.add("Chloe's present is a red bicycle from the harbour shop", probe=face_probe(ANA, 2),
+                   scope=group.id, hidden_from=[home.chloe.id])
+    assert mem.remove_member(group.id, home.ben.id, probe=chloe).members == [home.ana.id, home.chloe.id]
+    assert mem.get(party.id, probe=face_probe(ANA, 4)).content == PARTY  # Ana still reads what Ben wrote
+    total = mem.store.note_total()
+    assert mem.remove_member(group.id, home.ana.id, probe=chloe).members == [home.chloe.id]
+    assert mem.store.note_total() == total - 2  # the party and the present: kept from everyone left
+    assert {n.id for n in mem.store.all_notes(group.id)} == {home.wifi.id}
+    for note in (party, also):
+        with pytest.raises(NoteNotFoundError):  # no history left either
+            mem.store.history(group.id, note.id)
+    mem.enroll("Fay", [face_probe(FRIEND, 0), face_probe(FRIEND, 1)])
+    mem.add_member(group.id, probe=chloe, member_probe=face_probe(FRIEND, 2))  # nothing left for a friend to read
+    assert {n.id for n in mem.get_all(probe=face_probe(FRIEND, 4))} == {home.wifi.id}
+    if backend == "sqlite":
+        mem.close()
+        assert files_holding(tmp_path, {"party": b"boathouse", "present": b"red bicycle"}) == {}
+
+    # forgetting the last reader does the same
+    mem = make_memory("forgotten.db")
+    home = build_home(mem, face_probe)
+    mem.remove_member(home.group.id, home.ben.id, probe=face_probe(CHLOE, 3))
+    assert mem.forget(identity=home.ana.id) == home.ana.id
+    assert mem.store.group(home.group.id).members == [home.chloe.id]
+    assert mem.store.all_notes(home.group.id) == []  # Ana's wifi note goes with her, the party with its readers
+    if backend == "sqlite":
+        mem.close()
+        assert files_holding(tmp_path, {"party": b"boathouse"}) == {}
 
 
 # ---- 3. removal takes effect on the next query -----------------------------------------------------------------

@@ -54,7 +54,8 @@ class Households:
     def add_member(self, group: int, *, probe: Any = None, member_probe: Any = None, identity: int | None = None,
                    client: Clients = None) -> Group:
         """Add a person to a group: a member invites (step-up `probe`) and the newcomer shows up in person (their
-        own step-up `member_probe`); or, as the operator, person `identity` is added."""
+        own step-up `member_probe`); or, as the operator, person `identity` is added. The newcomer never reads a
+        note written before they came that was kept from someone (biomem.stores.groups)."""
         group = check_id(group, "group")
         if identity is not None:
             if probe is not None or member_probe is not None:
@@ -76,16 +77,21 @@ class Households:
     def remove_member(self, group: int, member: int, *, probe: Any = None, operator: bool = False,
                       client: Clients = None) -> Group | None:
         """Take `member` out of a group: any member with a fresh step-up probe may (themselves included), or the
-        operator. A group left without members is deleted with its notes (then None is returned)."""
+        operator. A group left without members is deleted with its notes (then None is returned); a note hidden
+        from every member left is erased (biomem.stores.groups)."""
         group, member = check_id(group, "group"), check_id(member, "identity")
         found = self._operator_or_member(group, probe, operator, "Removing a member", client)
         if member not in found.members:
             raise GroupNotFoundError(f"no member {member} in this household")
-        self.store.remove_member(group, member)
+        erased = self.store.remove_member(group, member)
         after = self.store.group(group)
         if not after.members:
             self._erase_group(group)
             return None
+        if erased:  # notes kept from everyone left: gone from the index and the files too
+            self.partitions.drop(group)
+            self.llm.drop_owner(group)
+            self.store.checkpoint()
         return after
 
     def groups(self, *, probe: Any = None, identity: int | None = None, client: Clients = None) -> list[Group]:

@@ -25,7 +25,7 @@ from ...settings import Settings
 from ...vocabulary import AttemptLimits
 from ..attempts import record_misses
 from ..base import COLUMNS, KEYS, THRESHOLD_COLUMNS, Derived, SealedTemplates, SearchIndex, without_password
-from ..groups import emptied_groups, erase_from_groups
+from ..groups import emptied_groups, erase_from_groups, erase_unreadable, hide_from_newcomer
 from ..records import GROUP_KEY_PREFIX, Group, Identity, check_id, metadata_json, now_iso
 from ..sealing import Sealer
 from .graphs import GRAPH_FLOOR, HNSW_THRESHOLD
@@ -288,14 +288,21 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
             self.group(group_id)
             self.person(identity_id)
             with self.transaction([group_id, identity_id]) as conn:
-                return conn.execute("INSERT INTO members VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                                    [int(group_id), int(identity_id), now_iso()]).rowcount == 1
+                added = conn.execute("INSERT INTO members VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                                     [int(group_id), int(identity_id), now_iso()]).rowcount == 1
+                if added:
+                    hide_from_newcomer(conn.execute, int(group_id), int(identity_id), "%s")
+                return added
 
-    def remove_member(self, group_id: int, identity_id: int) -> bool:
-        """Take a person out of a group; False when they were not in it."""
+    def remove_member(self, group_id: int, identity_id: int) -> list[int]:
+        """Take a person out of a group and erase the notes no member left may read; returns their ids."""
         with self.transaction([group_id, identity_id]) as conn:
-            return conn.execute("DELETE FROM members WHERE group_id = %s AND identity_id = %s",
-                                [int(group_id), int(identity_id)]).rowcount == 1
+            conn.execute("DELETE FROM members WHERE group_id = %s AND identity_id = %s",
+                         [int(group_id), int(identity_id)])
+            erased = erase_unreadable(conn.execute, int(group_id), "%s")
+            if erased:
+                conn.execute("UPDATE identities SET generation = generation + 1 WHERE id = %s", [int(group_id)])
+            return erased
 
     def group(self, group_id: int) -> Group:
         """The group `group_id` with its members; UnknownIdentityError when there is no such group."""
@@ -386,6 +393,8 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
             conn.execute("DELETE FROM identities WHERE id = %s", [int(identity_id)])
             for group in touched:
                 conn.execute("UPDATE identities SET generation = generation + 1 WHERE id = %s", [group])
+            for group in member_of:  # (each in touched already) no one is left alone with a note kept from them
+                erase_unreadable(conn.execute, group, "%s")
             emptied = emptied_groups(conn.execute, member_of, "%s")
             for group in emptied:
                 conn.execute("DELETE FROM identities WHERE id = %s", [group])

@@ -28,7 +28,7 @@ from ...settings import Settings
 from ...vocabulary import AttemptLimits
 from ..attempts import record_misses
 from ..base import COLUMNS, KEYS, THRESHOLD_COLUMNS, Derived, SealedTemplates, SearchIndex
-from ..groups import emptied_groups, erase_from_groups
+from ..groups import emptied_groups, erase_from_groups, erase_unreadable, hide_from_newcomer
 from ..partitions import HNSW_THRESHOLD, Partitions
 from ..records import GROUP_KEY_PREFIX, Group, Identity, check_id, now_iso
 from ..sealing import Sealer
@@ -258,18 +258,25 @@ class Store(NoteRows, SealedTemplates, Derived):
         return Identity(group_id, label, False, "group")
 
     def add_member(self, group_id: int, identity_id: int) -> bool:
-        """Make a person a member of a group; False when they already were."""
+        """Make a person a member of a group, hidden from the notes already kept from someone
+        (biomem.stores.groups); False when they already were a member."""
         with self.transaction() as db:
             self.group(group_id)
             self.person(identity_id)
-            return db.execute("INSERT OR IGNORE INTO members VALUES (?, ?, ?)",
-                              [int(group_id), int(identity_id), now_iso()]).rowcount == 1
+            added = db.execute("INSERT OR IGNORE INTO members VALUES (?, ?, ?)",
+                               [int(group_id), int(identity_id), now_iso()]).rowcount == 1
+            if added:
+                hide_from_newcomer(db.execute, int(group_id), int(identity_id), "?")
+            return added
 
-    def remove_member(self, group_id: int, identity_id: int) -> bool:
-        """Take a person out of a group; False when they were not in it."""
+    def remove_member(self, group_id: int, identity_id: int) -> list[int]:
+        """Take a person out of a group and erase the notes no member left may read; returns their ids."""
         with self.transaction() as db:
-            return db.execute("DELETE FROM members WHERE group_id = ? AND identity_id = ?",
-                              [int(group_id), int(identity_id)]).rowcount == 1
+            db.execute("DELETE FROM members WHERE group_id = ? AND identity_id = ?", [int(group_id), int(identity_id)])
+            erased = erase_unreadable(db.execute, int(group_id), "?")
+            if erased:
+                db.execute("UPDATE identities SET generation = generation + 1 WHERE id = ?", [int(group_id)])
+            return erased
 
     def group(self, group_id: int) -> Group:
         """The group `group_id` with its members; UnknownIdentityError when there is no such group."""
@@ -358,6 +365,8 @@ class Store(NoteRows, SealedTemplates, Derived):
             db.execute("DELETE FROM identities WHERE id = ?", [int(identity_id)])
             for group in touched:
                 db.execute("UPDATE identities SET generation = generation + 1 WHERE id = ?", [group])
+            for group in member_of:  # (each in touched already) no one is left alone with a note kept from them
+                erase_unreadable(db.execute, group, "?")
             emptied = emptied_groups(db.execute, member_of, "?")
             for group in emptied:
                 db.execute("DELETE FROM identities WHERE id = ?", [group])
