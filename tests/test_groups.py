@@ -238,7 +238,7 @@ def test_a_note_hidden_from_a_member_never_reaches_her_by_any_path(home, face_pr
 
     # a gate that admits Chloe together with others still leaves out what is hidden from her
     mem.set_threshold(-1.0)
-    together = mem.search(PARTY, probe=chloe, k=50, links=5, policy="all")
+    together = mem.search(PARTY, probe=chloe, k=20, links=5, policy="all")
     assert {home.ana.id, home.ben.id, home.chloe.id} <= set(together.gate.admitted)
     assert {n.owner for n in found(together)} & {group.id} and all(n.id != party.id for n in found(together))
 

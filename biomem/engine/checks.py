@@ -17,6 +17,11 @@ from ..settings import MIN_PROMPT_TOKENS
 MAX_NOTE_CHARS = 2_000
 MAX_QUESTION_CHARS = 1_000
 MAX_PAGE_SIZE = 1_000  # notes per page of get_all
+# One search or ask returns at most MAX_K notes, on every surface. One that asks for more than BROAD_K, or
+# that carries filters (a window of time pages through everything), lists a person's notes as get_all does:
+# it needs the step-up match. The default k (10) stays under it.
+MAX_K = 100
+BROAD_K = 20
 
 
 def check_text(text: Any, limit: int, what: str, advice: str) -> str:
@@ -80,7 +85,14 @@ def check_page(page: Any, page_size: Any) -> tuple[int, int | None]:
 
 
 def check_k(k: Any) -> int:
-    """k as a positive int; InvalidInputError otherwise."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
-        raise InvalidInputError(f"k is the number of notes to retrieve, a positive integer; got {k!r}")
+    """k as an int from 1 to MAX_K; InvalidInputError otherwise."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 < k <= MAX_K:
+        raise InvalidInputError(f"k is the number of notes to retrieve, an integer from 1 to {MAX_K}; got {k!r} "
+                                "(get_all lists every note, page by page)")
     return int(k)
+
+
+def is_listing(k: int, where: Any) -> bool:
+    """Whether a search of `k` notes narrowed by `where` (a parsed filter, or None) could page through a
+    person's notes: more than BROAD_K of them, or any filter. It then needs the step-up match."""
+    return k > BROAD_K or where is not None

@@ -28,6 +28,7 @@ from ..errors import (
     InvalidInputError,
     NotAuthorisedError,
     NoteNotFoundError,
+    StepUpRequiredError,
     StoreCorruptError,
 )
 from ..identity.biometrics import Biometrics, Clients
@@ -49,6 +50,7 @@ from ..stores.records import Identity, Note, check_id
 from ..vocabulary import DISCLOSURES, FUSIONS, POLICIES, AttemptLimits
 from .access import check_writer
 from .checks import (
+    BROAD_K,
     check_budget,
     check_k,
     check_links,
@@ -56,6 +58,7 @@ from .checks import (
     check_page,
     check_question,
     check_threshold,
+    is_listing,
 )
 from .households import Households
 from .results import Answer, SearchResult
@@ -310,26 +313,41 @@ class BioMemory(Households, Biometrics):
         scope, author, tags, keywords, timestamp, metadata.<key>; AND/OR/NOT) narrow the notes before the top
         K; `threshold` drops hits below that cosine. `links`: up to that many linked notes per hit are added
         as `linked` (A-Mem expands each hit by its links, up to k; 0, the default, expands nothing). The gate
-        and `gated_out` depend on none of these.
+        and `gated_out` depend on none of these. More than BROAD_K notes, or any filter, lists the person's
+        notes (biomem.engine.checks.is_listing): the probe must then clear the step-up τ, as for get_all.
         """
-        check_k(self.k if k is None else k)
+        k = check_k(self.k if k is None else k)
         check_links(links)
         checked = self._checked_query(query)  # a bad query costs no probe encoding
-        where, threshold = self._filters(filters), check_threshold(threshold)
+        where, threshold = self.parsed_filters(filters), check_threshold(threshold)
         embedding = self._embedding_beside([checked])  # the query embeds while the probe encodes
-        gate = self.identify(probe, policy=policy, client=client)
+        gate = self._gate(probe, policy, client, is_listing(k, where))
         return self.search_as(gate, embedding.result()[0], k=k, links=links,
                               filters=where, threshold=threshold)
+
+    def _gate(self, probe: Any, policy: str | None, client: Clients, listing: bool) -> GateResult:
+        """The gate's decision for a read; for a listing, StepUpRequiredError (a miss) unless the person it
+        admitted is proved at the step-up τ. A probe that matches nobody gets its empty result either way."""
+        self.limiter.check(client)  # a client in cool-down is refused before any encoder runs
+        probes = self.probes(probe)
+        gate = self.identify(probes, policy=policy, client=client)
+        if listing and gate.matched and not self.clears_step_up(gate, probes):
+            self.limiter.miss(client)
+            raise StepUpRequiredError(f"a search of more than {BROAD_K} notes, or with filters, lists your notes: it "
+                                      "needs a fresh, clear probe of you (the stricter match, of every kind you "
+                                      "enrolled). Ask for fewer notes without filters, or show a clearer probe")
+        return gate
 
     def search_as(self, gate: GateResult, query: str | np.ndarray, *, k: int | None = None,
                   links: int = 0, filters: dict[str, Any] | Filter | None = None,
                   threshold: float | None = None) -> SearchResult:
         """search() for a gate decision already made (a requester session's)."""
         k, links = check_k(self.k if k is None else k), check_links(links)
-        where = filters if isinstance(filters, Filter) else self._filters(filters)
+        where = filters if isinstance(filters, Filter) else self.parsed_filters(filters)
         return self._search_admitted(gate, self._query_vector(query), k, links, where, check_threshold(threshold))
 
-    def _filters(self, filters: Any) -> Filter | None:
+    def parsed_filters(self, filters: Any) -> Filter | None:
+        """`filters` parsed (biomem.stores.filters), timestamps read as the engine reads them; None for none."""
         return parse_filters(filters, timestamp=parse_timestamp)
 
     def session(self, probe: Any, *, client: Clients = None, ttl: float = DEFAULT_TTL,
@@ -340,8 +358,7 @@ class BioMemory(Households, Biometrics):
         probes = self.probes(probe)
         gate = self.identify(probes, policy="best", client=client)
         self.owner_of(gate)  # AmbiguousProbeError or UnknownIdentityError unless one person was admitted
-        broad = self.stepped_up(probes) == gate.identity and \
-            set(self.store.modalities(gate.identity)) <= {p.modality for p in probes}
+        broad = self.clears_step_up(gate, probes)
         return self.sessions.open(self, gate, gate.labels[gate.identity], broad, ttl, bound_to=bound_to,
                                   client=client)
 
@@ -417,12 +434,13 @@ class BioMemory(Households, Biometrics):
             query: str | None = None, policy: str | None = None, client: Clients = None) -> Answer:
         """Answer from the requester's own memories only; a stranger's LLM sees no memory.
         With `links`, the notes linked to the hits follow them in the context (A-Mem). `query`
-        retrieves instead of the question, e.g. A-Mem's `mem.llm.query_keywords(question)`."""
-        check_k(self.k if k is None else k)
+        retrieves instead of the question, e.g. A-Mem's `mem.llm.query_keywords(question)`. More than
+        BROAD_K notes need the step-up match, as for search."""
+        k = check_k(self.k if k is None else k)
         check_links(links)
         checked = [check_question(question)] + ([] if query is None else [self._checked_query(query)])
         embedding = self._embedding_beside(checked)  # a bad question costs no probe encoding; a good one
-        gate = self.identify(probe, policy=policy, client=client)  # embeds while the probe encodes
+        gate = self._gate(probe, policy, client, is_listing(k, None))  # embeds while the probe encodes
         vectors = embedding.result()
         return self._answer(gate, question, vectors[0], vectors[-1], k=k, links=links, temporal=temporal)
 
@@ -461,13 +479,13 @@ class BioMemory(Households, Biometrics):
                 page_size: int | None = None, client: Clients = None) -> list[Note]:
         """The notes the requester may read (their own and their groups'), oldest first, that match `filters`;
         page `page` of `page_size` (default: all). A broad read: step-up probe."""
-        where, (offset, limit) = self._filters(filters), check_page(page, page_size)
+        where, (offset, limit) = self.parsed_filters(filters), check_page(page, page_size)
         return self.get_all_as(self.verify(probe, "Listing all your notes", client=client), where, offset, limit)
 
     def get_all_as(self, person: int, filters: dict[str, Any] | Filter | None = None, offset: int = 0,
                    limit: int | None = None) -> list[Note]:
         """get_all() for a person a step-up probe already proved (a requester session's)."""
-        where = filters if isinstance(filters, Filter) else self._filters(filters)
+        where = filters if isinstance(filters, Filter) else self.parsed_filters(filters)
         owners, excluded = self.reach([person])
         return self.store.list_notes(owners, where=where, excluded=excluded, offset=offset, limit=limit)[0]
 

@@ -32,7 +32,7 @@ from ..identity.gate import GateResult
 from ..stores import MemoryStore
 from ..stores.records import Group, Note, check_id
 from .access import check_writer
-from .checks import check_page
+from .checks import BROAD_K, check_k, check_page, is_listing
 from .results import Answer, SearchResult
 
 DEFAULT_TTL = 120.0
@@ -43,7 +43,9 @@ class Engine(Protocol):
     """What a session asks of its BioMemory (biomem.engine.memory), which opens it."""
 
     store: MemoryStore
+    k: int
 
+    def parsed_filters(self, filters: Any) -> Any: ...
     def search_as(self, gate: GateResult, query: Any, *, k: int | None = None, links: int = 0,
                   filters: Any = None, threshold: float | None = None) -> SearchResult: ...
     def ask_as(self, gate: GateResult, question: str, *, k: int | None = None, links: int = 0,
@@ -113,13 +115,25 @@ class Session:
 
     def search(self, query: Any, *, k: int | None = None, links: int = 0, filters: Any = None,
                threshold: float | None = None) -> SearchResult:
+        """search() as the owner; more than BROAD_K notes, or filters, only in a session opened at step-up τ."""
         self._owner()
-        return self.mem.search_as(self.gate, query, k=k, links=links, filters=filters, threshold=threshold)
+        where = self.mem.parsed_filters(filters)
+        self._check_listing(k, where)
+        return self.mem.search_as(self.gate, query, k=k, links=links, filters=where, threshold=threshold)
 
     def ask(self, question: str, *, k: int | None = None, links: int = 0, temporal: bool = False,
             query: str | None = None) -> Answer:
+        """ask() as the owner; more than BROAD_K notes only in a session opened at step-up τ."""
         self._owner()
+        self._check_listing(k, None)
         return self.mem.ask_as(self.gate, question, k=k, links=links, temporal=temporal, query=query)
+
+    def _check_listing(self, k: int | None, where: Any) -> None:
+        """StepUpRequiredError for a read that lists the person's notes (is_listing) in a narrow session."""
+        if not self.broad and is_listing(check_k(self.mem.k if k is None else k), where):
+            raise StepUpRequiredError(f"a search of more than {BROAD_K} notes, or with filters, lists your notes: "
+                                      "it needs a session opened with a clearer probe (the stricter step-up "
+                                      "match, of every kind you enrolled)")
 
     def get(self, note_id: int) -> Note:
         return self.mem.get_as(self._owner(), check_id(note_id))

@@ -228,6 +228,12 @@ class Biometrics:
                                       f"({', '.join(sorted(missing))} missing): nothing was changed")
         return owner
 
+    def clears_step_up(self, gate: GateResult, probes: list[Probe]) -> bool:
+        """Whether the one person `gate` admitted is also proved at the step-up τ by `probes`, a probe of every
+        modality they enrolled among them: what a broad read (a listing) asks."""
+        return len(gate.admitted) == 1 and self.stepped_up(probes) == gate.identity and \
+            set(self.store.modalities(gate.identity)) <= {p.modality for p in probes}
+
     def stepped_up(self, probes: list[Probe]) -> int | None:
         """The one identity every probe matches at the stricter step-up τ, else None (no miss counted)."""
         decided = {self.gate.decide(p, tau, "best", self.margin(p.modality), floor=tau).identity
