@@ -24,6 +24,7 @@ from typing import Any
 from .errors import AuthenticationError, BioMemError, InvalidInputError
 from .eval import add_eval_parser
 from .settings import Settings
+from .stopping import stopped_by_signals
 from .stores.records import Group
 
 
@@ -193,7 +194,13 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    """REST at /v1, MCP at /mcp and the page at / over --db, with uvicorn, until interrupted."""
+    """REST at /v1, MCP at /mcp and the page at / over --db, with uvicorn, until SIGTERM or SIGINT (Ctrl-C);
+    every way out closes the store (its SQLite write-ahead log checkpointed and removed)."""
+    with stopped_by_signals():
+        _serve(args)
+
+
+def _serve(args: argparse.Namespace) -> None:
     from .engine.keys import any_keys
     from .server.auth import loopback
     from .stores import open_store

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+from unittest import mock
 
 import gradio as gr
 import httpx
@@ -318,4 +320,39 @@ def test_outsiders_posting_the_household_events_learn_nothing_of_a_household(tmp
         assert forged[str(home.id)] == forged["999999"] and "No such household" in json.dumps(forged["999999"])
         assert cached_images(served.cache) == []
     assert (mem.store.counts(), [g.as_dict() for g in mem.store.all_groups()]) == before
+    mem.close()
+
+
+def test_a_forged_page_payload_is_told_what_to_do_never_an_exception_s_name(tmp_path, text_encoder, face_encoder):
+    """Page events posted straight to the queue with values no control of the page sends (an object or a list for a
+    text box, "nan" for a note id), and a fault past those checks: each reply says what to do, names no exception,
+    writes nothing and leaves no upload behind."""
+    mem = BioMemory(tmp_path / "forged.db", text_model=text_encoder, encoder=face_encoder)
+    build_demo(mem)
+    before = mem.store.counts()
+    with served_app(mem, tmp_path / "cache") as served:
+        fns = served.demo.fns
+        door = {fn.fn.door: i for i, fn in reversed(fns.items()) if getattr(fn.fn, "door", None)}
+
+        def probe() -> dict:
+            path = tmp_path / "probe.png"
+            Image.fromarray(demo_capture(0, 3)).save(path)
+            with path.open("rb") as file:
+                (uploaded,) = httpx.post(served.url + "gradio_api/upload", files=[("files", file)]).json()
+            return {"path": uploaded, "meta": {"_type": "gradio.FileData"}}
+
+        face = "face-arcface-s"
+        for name, data, said in (
+                ("page:ask", [{"question": "What is my PIN?"}, probe(), None, face], "reload the page"),
+                ("page:remember", [["My PIN is 0000"], probe(), None, face], "reload the page"),
+                ("page:found_household", [{"name": "Home"}, probe(), None, face], "reload the page"),
+                ("page:delete_note", ["nan", probe(), None, None, face], "id of one of your notes")):
+            output = call_event(served.url, door[name], data, f"forged-{name}")["output"]
+            assert said in output.get("error", ""), (name, output)
+            assert not re.search(r"\w+(Error|Exception)\b", json.dumps(output)), (name, output)
+        with mock.patch.object(served.ui, "answer", side_effect=KeyError("gate")):  # a fault past the checks
+            output = call_event(served.url, door["page:ask"], ["What is my PIN?", probe(), None, face], "fault")
+        assert "reload the page" in output["output"]["error"] and "KeyError" not in json.dumps(output)
+        assert cached_images(served.cache) == []
+    assert mem.store.counts() == before
     mem.close()

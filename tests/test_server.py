@@ -2,7 +2,7 @@
 
 Every route as owner, non-owner and stranger; sessions bound to their key; API keys and roles;
 every bad input a 4xx JSON error that writes nothing and shows no internals; the bind refusal of a
-store without keys; and a kill -9 in the middle of a burst of adds (slow).
+store without keys; SIGTERM and SIGINT closing the store; and a kill -9 in the middle of a burst of adds (slow).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
 
@@ -508,6 +509,35 @@ def test_a_body_with_hundreds_of_bad_fields_gets_a_short_422_naming_the_first(se
     assert message.endswith(f"; and {301 - message.count('Extra inputs')} more")
 
 
+def test_a_json_key_sent_twice_is_a_422_naming_it_and_writes_nothing(service, faces):
+    """Parsers disagree on which of two values of one key counts (here the last won): a JSON body whose object, at
+    the top or nested (metadata, a probe), holds a key twice is refused and the key named, on MCP too."""
+    before = written(service.mem)
+    probe = json.dumps(b64(faces.fresh[ANA]))
+    other = json.dumps(base64.b64encode(faces.fresh[BEN]).decode())
+    json_type = {"Content-Type": "application/json"}
+    for path, body, key in (
+            ("/memories", f'{{"text": "Lunch at noon", "text": "My PIN is 0000", "probe": {probe}}}', "text"),
+            ("/memories", f'{{"text": "Lunch", "metadata": {{"room": "kitchen", "room": "hall"}}, "probe": {probe}}}',
+             "room"),
+            ("/search", f'{{"query": "PIN", "probe": {probe[:-1]}, "data": {other}}}}}', "data"),  # one face or another
+            ("/search", f'{{"query": "PIN", "{"k" * 5_000}": 1, "{"k" * 5_000}": 2, "probe": {probe}}}', "k" * 40)):
+        response = service.call("POST", path, content=body.encode(), headers=json_type)
+        message = error_of(response, 422, "InvalidInputError")["message"]
+        assert f"'{key}'" in message and "twice" in message and len(message) <= MAX_MESSAGE, message
+    mcp = service.http.post("/mcp", content=b'{"jsonrpc": "2.0", "id": 1, "id": 2, "method": "tools/list"}',
+                            headers={**json_type, "Authorization": f"Bearer {service.keys['agent']}",
+                                     "Accept": "application/json, text/event-stream"})
+    assert mcp.status_code == 400 and mcp.json()["error"]["code"] == -32700 and "'id'" in mcp.json()["error"]["message"]
+    for path, data, key in (("/memories", {"text": "Lunch", "metadata": '{"room": "kitchen", "room": "hall"}'}, "room"),
+                            ("/search", {"query": "PIN", "filters": '{"scope": null, "scope": 4}'}, "scope")):
+        form = service.call("POST", path, probe=faces.fresh[ANA], data=data)  # a JSON form field: the same
+        assert f"'{key}'" in error_of(form, 422, "InvalidInputError")["message"]
+    assert written(service.mem) == before
+    once = service.call("POST", "/search", content=f'{{"query": "PIN", "probe": {probe}}}'.encode(), headers=json_type)
+    assert once.status_code == 200 and once.json()["gate"]["matched"]  # the body read once is the route's as it was
+
+
 def test_an_llm_or_encoder_failure_is_502_or_503_and_a_fault_500_without_internals(service, faces):
     mem = service.mem
     with mock.patch.object(mem.llm, "answer", side_effect=LLMError("http://10.0.0.5:8080 refused")):
@@ -598,7 +628,7 @@ def test_infer_false_stores_the_text_without_the_llm(make_memory):
     assert mem.search("locker", probe=demo_capture(ANA, 0), k=1).notes[0][0].id == note.id
 
 
-# ---- kill -9 in the middle of a burst of adds ---------------------------------------------------------
+# ---- stopping: a signal, or kill -9 in the middle of a burst of adds ------------------------------------
 
 def _start(db: str, port: int, log) -> subprocess.Popen:
     env = {**os.environ, "BIOMEM_ATTEMPTS": "off", "BIOMEM_LOG": "WARNING", "BIOMEM_LOAD_DEMO": "0"}
@@ -617,6 +647,61 @@ def _wait(url: str, process: subprocess.Popen, timeout: float = 180) -> None:
             pass
         time.sleep(0.2)
     raise AssertionError("the server did not start")
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_closes_the_store_and_exits_cleanly(tmp_path, stop):
+    """SIGTERM (a service manager, `docker stop`) or SIGINT (Ctrl-C) stops `biomem serve` with its store closed:
+    the write-ahead log is checkpointed and gone, the file is whole, and the exit is 0 without a traceback."""
+    db = tmp_path / "stop.db"
+    wal, shm = db.with_name("stop.db-wal"), db.with_name("stop.db-shm")
+    port = free_port()
+    with open(tmp_path / "serve.log", "wb") as log:
+        server = _start(str(db), port, log)
+        try:
+            _wait(f"http://127.0.0.1:{port}", server)
+            assert wal.exists()  # the store is open
+            server.send_signal(stop)
+            assert server.wait(60) == 0
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait(30)
+    assert not wal.exists() and not shm.exists()
+    assert "Traceback" not in (tmp_path / "serve.log").read_text()
+    with sqlite3.connect(db) as con:
+        assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_the_demo_page_stopped_by_sigterm_closes_its_store(tmp_path):
+    """`python app.py` (the Space's entry point) stopped as a Space restart stops it: the page and the store close,
+    the write-ahead log is checkpointed and gone, the exit is 0 without a traceback."""
+    db = tmp_path / "page.db"
+    port = free_port()
+    env = {**os.environ, "BIOMEM_DB": str(db), "GRADIO_SERVER_PORT": str(port), "BIOMEM_LOAD_DEMO": "0",
+           "BIOMEM_LOG": "WARNING", "GRADIO_TEMP_DIR": str(tmp_path / "uploads")}
+    with open(tmp_path / "app.log", "wb") as log:
+        app = subprocess.Popen([sys.executable, str(Path(__file__).parents[1] / "app.py")], env=env,
+                               stdout=log, stderr=log)
+        try:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                assert app.poll() is None, (tmp_path / "app.log").read_text()
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.2)
+            assert db.with_name("page.db-wal").exists()  # the store is open
+            app.send_signal(signal.SIGTERM)
+            assert app.wait(60) == 0, (tmp_path / "app.log").read_text()
+        finally:
+            if app.poll() is None:
+                app.kill()
+                app.wait(30)
+    assert not db.with_name("page.db-wal").exists() and not db.with_name("page.db-shm").exists()
+    assert "Traceback" not in (tmp_path / "app.log").read_text()
 
 
 def _burst(url: str, key: str, tokens: dict[str, str], kill: threading.Event) -> dict[str, str]:

@@ -55,6 +55,11 @@ AMBIGUOUS = "Two enrolled people look too alike in this capture: take a clearer 
 # a capture below the quality bar (modalities.quality): nothing was matched, and it is not a failed attempt
 POOR_CAPTURE = "Nothing was matched, and this does not count as a failed attempt: try again."
 
+# anything that is not an engine error (a fault, or a request no client of ours sends): what to do, never the
+# exception's name or text, which go to the log with the traceback (the caller logs them)
+UNEXPECTED = ("Something went wrong", "This request could not be handled (the server log says why): reload the page "
+              "or send the request again, and tell the operator if it happens again.")
+
 # (error class, toast title, message); the first match wins, so subclasses come first.
 ERRORS: list[tuple[type[BaseException], str, str]] = [
     (NoFaceError, "No face found",
@@ -117,7 +122,7 @@ LOGGED_ONLY = (LLMError, ModelUnavailableError, StoreCorruptError, KeyUnavailabl
 
 
 def readable(exc: BaseException) -> tuple[str, str]:
-    """(title, message) a person can act on; never a traceback, never a server path."""
+    """(title, message) a person can act on; never a traceback, a server path or an exception's name."""
     for cls, title, message in ERRORS:
         if isinstance(exc, cls):
             if isinstance(exc, PoorCaptureError) and exc.hint:
@@ -130,5 +135,5 @@ def readable(exc: BaseException) -> tuple[str, str]:
             detail = str(exc)
             detail = detail[:1].upper() + detail[1:]
             return title, f"{detail.rstrip('.')}. {message}" if message and detail else (message or detail)
-    return "Something went wrong", f"{exc.__class__.__name__}; the details are in the server log."
+    return UNEXPECTED
 

@@ -4,9 +4,10 @@
     with served(app) as url:                    # tests: uvicorn in a thread on a free 127.0.0.1 port
         httpx.get(f"{url}/v1/health")
 
-Bodies of /v1 and /mcp are capped at MAX_BODY before they are read (413); every refusal is the JSON
-error of biomem.server.errors. The page keeps the app's privacy settings (no analytics, no run
-history, no Gradio MCP). Other ASGI apps join through `mounts=` (path, app) and `lifespans=`.
+Bodies of /v1 and /mcp are capped at MAX_BODY before they are read (413), and a JSON one whose object holds a
+key twice is refused (REST's 422 as biomem.server.probes parses it; MCP's JSON-RPC parse error here); every
+refusal is the JSON error of biomem.server.errors. The page keeps the app's privacy settings (no analytics, no
+run history, no Gradio MCP). Other ASGI apps join through `mounts=` (path, app) and `lifespans=`.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
 
 from .. import __version__
 from ..engine.aio import AsyncBioMemory
@@ -34,7 +36,8 @@ from ..engine.origins import loopback, served_names
 from ..settings import Settings
 from . import errors, rest
 from .auth import address_of, authenticator
-from .errors import ApiError, error_json
+from .errors import ApiError, api_response, error_json
+from .models import repeated_key
 from .probes import MAX_BODY
 
 log = logging.getLogger("biomem.server")
@@ -44,6 +47,7 @@ Lifespan = Callable[[FastAPI], contextlib.AbstractAsyncContextManager[Any]]
 DOCS = "/v1/docs"  # Swagger UI, with its script, styles and icon served below it
 DOCS_ASSETS = "fastapi_standalone_docs"  # the pinned package that ships Swagger UI's files
 LIMITED = ("/v1", "/mcp")  # paths whose bodies MAX_BODY caps (the page has Gradio's own max_file_size)
+PARSE_ERROR = -32700  # JSON-RPC's code for a body that cannot be read
 DESCRIPTION = """Identity-gated memory for LLM agents. Every memory belongs to a biometric identity: the
 probe in the request (an image) or a session opened with one decides who is asking, never a user id.
 A stranger gets empty results. Authenticate with `Authorization: Bearer <key>` (`biomem keys create`)."""
@@ -82,6 +86,52 @@ class BodyLimit:
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
+
+
+class OnceEachKey:
+    """ASGI middleware: a JSON body under `prefixes` (MCP's) with an object that holds a key twice is refused before
+    the MCP SDK reads it (models.repeated_key), with JSON-RPC's parse error naming the key. It runs inside
+    BodyLimit, so the body it reads is bounded. (REST bodies are checked as they are parsed: biomem.server.probes.)"""
+
+    def __init__(self, app: ASGIApp, prefixes: Sequence[str] = ("/mcp",)) -> None:
+        self.app, self.prefixes = app, tuple(prefixes)
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(self.prefixes):
+            return await self.app(scope, receive, send)
+        kind = dict(scope["headers"]).get(b"content-type", b"").split(b";")[0].strip().lower()
+        if not (kind == b"application/json" or kind.endswith(b"+json")):
+            return await self.app(scope, receive, send)
+        chunks, more = [], True
+        try:
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client left
+                chunks.append(message.get("body", b""))
+                more = message.get("more_body", False)
+        except ApiError as exc:  # BodyLimit's 413 of a chunked body
+            return await api_response(exc)(scope, receive, send)
+        body = b"".join(chunks)
+        key = await run_in_threadpool(repeated_key, body)  # 60 ms for the largest body: not on the event loop
+        if key is not None:
+            return await self._refuse(scope, receive, send, key)
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if replayed:
+                return await receive()  # a disconnect, after the body
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    async def _refuse(scope: dict, receive: Callable, send: Callable, key: str) -> None:
+        """JSON-RPC's parse error, as the SDK answers a body it cannot parse."""
+        message = f"the key {key[:40]!r} is sent twice in one JSON object: send each key once"
+        await JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
+            "code": PARSE_ERROR, "message": f"Parse error: {message}"}}, status_code=400)(scope, receive, send)
 
 
 def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
@@ -123,7 +173,8 @@ def create_app(mem: BioMemory, settings: Settings | None = None, *, ui: bool = T
     app.state.local = loopback(settings.host)  # keyless requests are served only on a loopback bind
     app.state.hosts = served_names(settings)  # ... and only when they name this server (biomem.engine.origins)
     errors.install(app)
-    app.add_middleware(BodyLimit)
+    app.add_middleware(OnceEachKey)
+    app.add_middleware(BodyLimit)  # added last: the outer one, so it bounds what OnceEachKey reads
     _mount_docs(app)  # before the router, whose last route is the 404 of anything else under /v1
     app.include_router(rest.router, prefix="/v1")
     app.openapi = _openapi(app)  # type: ignore[method-assign]

@@ -56,6 +56,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..engine import access
 from ..engine.aio import AsyncBioMemory
+from ..engine.checks import MAX_K
 from ..engine.keys import ApiKey
 from ..engine.messages import readable  # the words of the web app's toasts and the REST errors (no gradio import)
 from ..engine.origins import loopback
@@ -70,7 +71,6 @@ from .probes import Modalities
 log = logging.getLogger(__name__)
 
 CALLER = "biomem.mcp.caller"  # the scope key under which the HTTP layer hands the caller to the tools
-MAX_K = 100
 
 INSTRUCTIONS = (
     "Bio-Memory keeps a private memory for each enrolled person. Every tool takes `probe`, a current "

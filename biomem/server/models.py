@@ -8,6 +8,7 @@ a list of 1 to MAX_FRAMES images of one person from one camera, fused into one p
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -23,6 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from ..engine.checks import BROAD_K, MAX_K
 from ..identity.bursts import MAX_FRAMES
 from ..notes.timeparse import parse_timestamp
 from ..stores.filters import MAX_METADATA_KEYS, check_metadata, parse_filters
@@ -51,6 +53,36 @@ def valid_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
     if value is not None:
         check_metadata(value)
     return value
+
+
+class _Repeated(Exception):
+    """A JSON object holding `key` twice, found while parsing."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> None:
+    """json's object_pairs_hook: _Repeated at the first key an object holds twice (the object itself is not kept)."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _Repeated(key)
+        seen.add(key)
+
+
+def repeated_key(raw: bytes) -> str | None:
+    """The first key that some object of the JSON document `raw` holds twice, else None (also when `raw` is not
+    JSON: its parser says what is wrong). Parsers differ on which of the two counts (Python's and pydantic's keep
+    the last, others the first), so a body that holds one is refused rather than read one way here."""
+    try:
+        json.loads(raw, object_pairs_hook=_once_each)
+    except _Repeated as repeated:
+        return repeated.key
+    except (ValueError, RecursionError):  # not JSON: the route's parser refuses it
+        pass
+    return None
 
 
 def refuse_nul(value: Any) -> Any:
@@ -189,7 +221,7 @@ class SearchBody(ProbeFields):
         {"query": "bank card PIN", "k": 5},
         {"query": "locker code", "probe": BURST}]})
     query: str = Field(min_length=1, max_length=10_000)
-    k: int = Field(10, ge=1, le=100, description="notes to retrieve")
+    k: int = Field(10, ge=1, le=MAX_K, description=f"notes to retrieve (more than {BROAD_K}: a listing, step-up)")
     links: int = Field(0, ge=0, le=10, description="linked notes per hit to add (A-Mem)")
     filters: dict[str, Any] | None = Field(None, description=FILTERS)
     threshold: float | None = Field(None, ge=-1, le=1, description="minimum cosine similarity of a hit")
@@ -202,7 +234,7 @@ class AskBody(ProbeFields):
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"question": "What is my bank card PIN?"}]})
     question: str = Field(min_length=1, max_length=10_000)
-    k: int = Field(10, ge=1, le=100)
+    k: int = Field(10, ge=1, le=MAX_K, description=f"notes to retrieve (more than {BROAD_K}: a listing, step-up)")
     links: int = Field(0, ge=0, le=10)
 
 

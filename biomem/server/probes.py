@@ -47,7 +47,7 @@ from ..identity.bursts import Burst
 from ..identity.gate import Probe
 from .auth import Caller
 from .errors import ApiError, invalid
-from .models import ProbeData
+from .models import ProbeData, repeated_key
 
 MAX_BODY = MAX_FILE_BYTES * 3 // 2  # bytes of one request body: one photo of the largest size as base64, and fields
 MAX_IMAGES = 10  # enrolment captures per request
@@ -204,11 +204,16 @@ def _check_upload_type(name: str, content_type: str | None) -> None:
 
 def _json(raw: bytes, what: str = "the body") -> Any:
     """Parsed JSON; InvalidInputError (422) when it is not, is not UTF-8, nests past pydantic's recursion
-    limit (200) or holds NaN or Infinity."""
+    limit (200), holds NaN or Infinity, or holds a key twice in one object (a form field or query as a body)."""
     try:
-        return from_json(raw, allow_inf_nan=False)
+        value = from_json(raw, allow_inf_nan=False)
     except ValueError as exc:
         raise InvalidInputError(f"{what} is not valid JSON: {exc}") from None
+    repeated = repeated_key(raw)
+    if repeated is not None:
+        raise InvalidInputError(f"the key {repeated[:40]!r} is sent twice in one JSON object ({what}): "
+                                "send each key once")
+    return value
 
 
 def json_text(text: str, what: str) -> Any:

@@ -16,6 +16,7 @@ from modalities.images import MAX_FILE_BYTES
 
 from ..engine.memory import BioMemory
 from ..settings import Settings
+from ..stopping import stopped_by_signals
 from .layout import build_app
 from .style import CSS, THEME
 
@@ -56,12 +57,18 @@ def served(mem: BioMemory, cache: Path, **build: Any) -> Iterator[tuple[str, gr.
 
 
 def main() -> None:
-    """`python app.py`: settings from the environment, the demo built if asked, served on settings.port."""
+    """`python app.py`: settings from the environment, the demo built if asked, served on settings.port until
+    SIGTERM or SIGINT; every way out closes the page and the store (its SQLite write-ahead log checkpointed)."""
     settings = Settings.from_env()
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # Gradio's own start-up probes
-    page = build_app(settings=settings)
-    ui = page.biomem_app
-    if settings.load_demo and not ui.mem.identities():
-        log.info("%s", ui.load_demo())
-    launch(page, settings)
+    with stopped_by_signals():
+        page = build_app(settings=settings)
+        ui = page.biomem_app
+        try:
+            if settings.load_demo and not ui.mem.identities():
+                log.info("%s", ui.load_demo())
+            launch(page, settings)
+        finally:
+            page.close()
+            ui.mem.close()
