@@ -78,7 +78,8 @@ class InconsistentSamplesError(EnrolmentError):
 
 
 class DuplicateLabelError(EnrolmentError):
-    """Another identity already has this label (labels are unique, case-insensitive)."""
+    """Another identity already has this label, or one that looks like it (biomem.stores.labels: NFKC, case, the
+    Unicode TS #39 skeleton)."""
 
 
 class EnrolmentRefusedError(EnrolmentError):

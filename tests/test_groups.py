@@ -870,8 +870,8 @@ def test_links_and_evolution_stay_inside_one_partition_and_one_audience(make_mem
             source = by_text[note.context.removeprefix("evolved by: ")]
             assert where(source) == where(note), (note.content, source.content)
             evolved += 1
-        for event in mem.store.history(note.owner, note.id):
-            if event["event"] == "evolve":
+        for event in mem.store.history(note.owner, note.id):  # (strengthening its own tags is an evolve too)
+            if event["event"] == "evolve" and event["after"]["context"].startswith("evolved by: "):
                 source = by_text[event["after"]["context"].removeprefix("evolved by: ")]
                 assert where(source) == where(note)
     assert linked >= 4 and evolved >= 4, "the hostile LLM should have linked and evolved within partitions"

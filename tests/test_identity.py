@@ -21,6 +21,7 @@ import pytest
 
 import modalities
 from biomem import BioMemory, Probe
+from biomem.engine.checks import BROAD_K, MAX_K
 from biomem.errors import (
     AlreadyEnrolledError,
     BioMemError,
@@ -697,16 +698,16 @@ def test_ids_beyond_sqlite_range_are_typed_errors(pair, face_probe):
     assert written(mem) == before
 
 
-def test_k_must_be_a_positive_integer(pair, face_probe):
+def test_k_must_be_an_integer_from_1_to_the_maximum(pair, face_probe):
     mem, ana, _ = pair
     before = written(mem)
-    for k in (0, -1, "5", True, 2.5, 5.0):
+    for k in (0, -1, "5", True, 2.5, 5.0, MAX_K + 1, 10**9, 10**30):
         for call in (lambda: mem.search("locker", probe=face_probe(ANA, 2), k=k),
                      lambda: mem.ask("locker?", probe=face_probe(ANA, 2), k=k)):
             with pytest.raises(InvalidInputError):
                 call()
     assert written(mem) == before
-    for k in (10**9, 10**30):  # a huge k is the owner's whole partition, never anyone else's notes
+    for k in (BROAD_K, MAX_K):  # the owner's whole partition at most (a clear probe may list), never anyone else's
         notes = mem.search("locker", probe=face_probe(ANA, 2), k=k).notes
         assert len(notes) == 2 and {n.owner for n, _ in notes} == {ana.id}
 

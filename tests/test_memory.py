@@ -662,7 +662,8 @@ V4_SQLITE_EXTRAS = (
     "CREATE TRIGGER notes_uncounted AFTER DELETE ON notes "
     "BEGIN UPDATE meta SET value = CAST(value AS INTEGER) - 1 WHERE key = 'note_total'; END",
 )
-V4_POSTGRES = ("DROP TABLE hidden", "DROP TABLE members", "ALTER TABLE identities DROP COLUMN kind CASCADE",
+V4_POSTGRES = ("DROP TABLE sources", "DROP TABLE hidden", "DROP TABLE members",  # sources: version 9
+               "ALTER TABLE identities DROP COLUMN kind CASCADE",
                "ALTER TABLE notes DROP COLUMN author_id CASCADE, DROP COLUMN metadata CASCADE",
                "ALTER TABLE history DROP COLUMN actor_id CASCADE, DROP COLUMN cause_id CASCADE",
                "ALTER TABLE thresholds DROP COLUMN delta, DROP COLUMN delta_source")
@@ -734,7 +735,7 @@ def test_an_older_store_is_upgraded_to_groups_keeping_every_row(family, database
     if old_version == 3:
         older += ["DROP TABLE attempts", "DROP TABLE cooldowns"]
     if backend == "sqlite":
-        rebuild = ["DROP TABLE hidden", "DROP TABLE members"]
+        rebuild = ["DROP TABLE sources", "DROP TABLE hidden", "DROP TABLE members"]
         for table, (columns, create) in V4_SQLITE.items():
             rebuild += [f"CREATE TABLE {table}_v4 AS SELECT {columns} FROM {table}", f"DROP TABLE {table}",
                         create, f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {table}_v4",

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 
 import numpy as np
@@ -12,6 +14,8 @@ import psycopg
 import pytest
 
 from biomem import BioMemory, InvalidInputError, NoteNotFoundError, Probe, StoreCorruptError
+from biomem.engine.keys import any_keys, authenticate, create_key, list_keys, revoke_key
+from biomem.errors import NotAuthorisedError
 from biomem.stores import open_store
 from biomem.stores.base import TABLES
 from biomem.stores.copying import copy_store, table_checksum
@@ -295,6 +299,26 @@ def test_two_engine_processes_see_each_others_writes_and_forget_is_final_for_bot
     assert mem.store.counts()["notes"] == 4
 
 
+def test_an_add_linking_a_note_whose_delete_is_in_flight_waits_for_it_and_leaves_that_link_out(household):
+    """Another process has deleted Ana's note, not yet committed, when an add writes its links to it: the add waits
+    for that delete, then stores the note with its other links (never a foreign-key error, never a dangling link)."""
+    url, mem, ana, _ = household
+    going, staying = (n.id for n in mem.store.all_notes(ana.id)[:2])
+    note = {"content": "My PIN changed", "timestamp": "2024-05-01T09:00:00", "keywords": [], "tags": [],
+            "context": "", "links": [going, staying]}
+    with psycopg.connect(url) as deleting, ThreadPoolExecutor(1) as pool:
+        deleting.execute("DELETE FROM biomem.notes WHERE owner_id = %s AND id = %s", [ana.id, going])
+        adding = pool.submit(mem.store.insert_notes, ana.id, [note], mem.text.encode([note["content"]]))
+        deadline = time.monotonic() + 30
+        while not deleting.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0]:
+            assert time.monotonic() < deadline, "the add never reached the deleted note's lock"
+        deleting.commit()
+        (added,), _ = adding.result(timeout=30)
+    assert mem.store.get_note(ana.id, added).links == [staying]
+    with pytest.raises(NoteNotFoundError):
+        mem.store.get_note(ana.id, going)
+
+
 def test_forget_leaves_no_row_of_the_person_and_their_id_is_never_given_again(household):
     url, mem, ana, ben = household
     assert mem.forget(probe=probe(1)) == ana.id
@@ -343,10 +367,16 @@ def test_an_existing_server_set_up_as_the_readme_says_runs_with_no_superuser(pos
         owner = memory(as_user["memory_owner"], text_encoder)
         ana = owner.enroll("Ana", [Probe(person(1), MODALITY)])
         owner.add("My PIN is 1234", identity=ana.id)
+        secret, key = create_key(owner.store, "kiosk", "agent")  # keys are the owner's to create
         owner.close()
         kiosk = memory(as_user["kiosk"], text_encoder)
         assert kiosk.search("PIN", probe=probe(1)).notes[0][0].content == "My PIN is 1234"
         assert kiosk.add("I parked on level 3", probe=probe(1)).owner == ana.id
+        assert authenticate(kiosk.store, secret) == key and any_keys(kiosk.store)  # and the replica's to check
+        for manage in (lambda: create_key(kiosk.store, "mallory", "admin"), lambda: revoke_key(kiosk.store, key.id),
+                       lambda: list_keys(kiosk.store)):
+            with pytest.raises(NotAuthorisedError, match="owns the store's tables"):
+                manage()
         kiosk.close()
         with psycopg.connect(as_user["kiosk"]) as conn:  # the login itself, by hand: row-level security holds
             assert conn.execute("SELECT count(*) FROM biomem.notes").fetchone() == (0,)

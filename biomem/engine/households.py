@@ -23,6 +23,7 @@ from ..errors import DuplicateLabelError, GroupNotFoundError, InvalidInputError
 from ..identity.biometrics import Clients
 from ..identity.enrolment import check_label
 from ..stores import MemoryStore, SearchIndex
+from ..stores.labels import label_key
 from ..stores.records import Group, check_id
 from .sessions import Sessions
 
@@ -127,8 +128,9 @@ class Households:
         raise GroupNotFoundError(f"no household {group} among yours")
 
     def _check_new_label(self, person: int, label: str) -> None:
-        if any(g.label.casefold() == label.casefold() for g in self.store.groups_of(person)):
-            raise DuplicateLabelError(f"you already belong to a household named {label!r}: choose another name")
+        if any(label_key(g.label) == label_key(label) for g in self.store.groups_of(person)):
+            raise DuplicateLabelError(f"you already belong to a household named {label!r}, or one that looks like it: "
+                                      "choose another name")
 
     def _erase_group(self, group: int, timeout: float = 10.0) -> None:
         try:

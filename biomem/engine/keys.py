@@ -73,4 +73,4 @@ def list_keys(store: MemoryStore) -> list[dict[str, Any]]:
 
 def any_keys(store: MemoryStore) -> bool:
     """Whether an unrevoked key exists (without one, the service binds only to 127.0.0.1)."""
-    return any(k["revoked"] is None for k in store.api_keys())
+    return store.api_keys_in_use()

@@ -520,7 +520,7 @@ class BioMemory(Households, Biometrics):
     def delete_as(self, person: int, note_id: int, *, keep_history: bool = False, timeout: float = 10.0) -> Note:
         """delete() for a person a fresh step-up probe already proved (a requester session's)."""
         owner = self.get_as(person, note_id).owner
-        self.agent.undo_evolution(owner, note_id)  # no derived copy of its words outlives it (docs/gate.md)
+        self.agent.take_back(owner, note_id)  # no derived copy of its words outlives it (docs/gate.md)
         note, generation = self.store.delete_note(owner, note_id, keep_history=keep_history, actor=person)
         self.partitions.deleted(owner, note_id, generation)
         self.llm.drop_owner(owner)

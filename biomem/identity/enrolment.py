@@ -1,7 +1,8 @@
 """Enrolment integrity: one person, one identity, and nobody's captures under another name.
 
 Checked in the engine, so the UI, the CLI and the API all get the same rules:
-- a label is 1 to MAX_LABEL_CHARS characters with no control or invisible format character;
+- a label is 1 to MAX_LABEL_CHARS characters with no control or invisible format character, and shows something;
+- no two people's labels look alike (biomem.stores.labels: scripts, widths and case aside), which the store checks;
 - every pair of samples in one enrolment must match at τ (one person per enrolment);
 - a new enrolment must match nobody already enrolled (never says whom);
 - captures added to an identity must match its templates of that modality at τ (when it
@@ -49,6 +50,7 @@ from ..errors import (
     InvalidInputError,
     SampleCaptureError,
 )
+from ..stores.labels import label_key
 from .gate import Gate, Probe
 
 MAX_LABEL_CHARS = 100
@@ -68,7 +70,7 @@ REFUSED = ("nobody new was enrolled: this name or these captures are already in 
 
 
 def check_label(label: object) -> str:
-    """The label stripped; InvalidInputError for a blank, too long, or hidden-character label."""
+    """The label stripped; InvalidInputError for a blank, too long, hidden-character or invisible label."""
     if not isinstance(label, str) or not label.strip():
         raise InvalidInputError("an identity needs a non-empty label")
     label = label.strip()
@@ -79,6 +81,8 @@ def check_label(label: object) -> str:
         name = unicodedata.name(hidden, "a control character")
         raise InvalidInputError(f"a name cannot hold control or invisible formatting characters (it holds "
                                 f"U+{ord(hidden):04X} {name}): they make a name display as something else")
+    if not label_key(label):
+        raise InvalidInputError("a name needs a visible letter or digit: this one shows nothing")
     return label
 
 

@@ -8,7 +8,8 @@ hidden from): evolution never carries a hidden note's words into a note its excl
 reads, nor one member's words into another's note, which would outlive forgetting them. A
 note whose tags evolution strengthened, and evolved neighbours, are embedded again: every
 stored vector embeds its note as stored. Deleting or rewriting a note takes back what its evolution wrote into
-its neighbours (undo_evolution), so no derived copy of its words outlives it.
+its neighbours, and what the evolution of every later note that read text derived from it wrote (take_back): the
+notes an evolve prompt showed are kept as the new note's sources. So no derived copy of its words outlives it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import NoteNotFoundError
 from ..stores import MemoryStore, SearchIndex
 from ..stores.base import Within
 from ..stores.records import Note
@@ -67,9 +69,12 @@ class MemoryAgent:
         vectors = self.embed(drafts)
         return [self._link_and_store(owner_id, d, v, extra) for d, v in zip(drafts, vectors)]
 
-    def _store(self, owner_id: int, draft: Draft, vector: np.ndarray, extra: dict[str, Any]) -> int:
-        """Insert one note and its vector as they are."""
-        (note_id,), generation = self.store.insert_notes(owner_id, [{**vars(draft), **extra}], vector[None, :])
+    def _store(self, owner_id: int, draft: Draft, vector: np.ndarray, extra: dict[str, Any],
+               links: Sequence[int] = ()) -> int:
+        """Insert one note and its vector as they are, with its links to those of `links` not deleted meanwhile
+        (one transaction: an add that succeeds is stored whole, one that fails wrote nothing)."""
+        note = {**vars(draft), **extra, "links": list(links)}
+        (note_id,), generation = self.store.insert_notes(owner_id, [note], vector[None, :])
         self.partitions.added(owner_id, [note_id], vector[None, :], generation)
         return note_id
 
@@ -88,17 +93,19 @@ class MemoryAgent:
         notes = self.store.get_notes(owner_id, [i for i, _ in hits])  # same owner and circle by construction
         neighbours = [(n, scores[n.id]) for n in notes]
         decision = self.llm.evolve(draft, neighbours) if neighbours else None
-        if decision and decision.should_evolve and "strengthen" in decision.actions \
-                and decision.tags_to_update and list(decision.tags_to_update) != draft.tags:
-            draft.tags = list(decision.tags_to_update)
-            vector = self.embed([draft])[0]  # the stored vector embeds the note as stored (A-Mem)
-        note_id = self._store(owner_id, draft, vector, extra)
         if decision is None or not decision.should_evolve:
-            return note_id
+            return self._store(owner_id, draft, vector, extra)
+        # what evolution writes derives from the neighbours' text the prompt showed: their ids are kept
+        # (sources), and tags it strengthened are an "evolve" the note caused itself (own_tags), both to be
+        # taken back when one of those texts goes (take_back)
+        extra = {**extra, "sources": [n.id for n in notes]}
+        if "strengthen" in decision.actions and decision.tags_to_update \
+                and list(decision.tags_to_update) != draft.tags:
+            extra["own_tags"], draft.tags = list(draft.tags), list(decision.tags_to_update)
+            vector = self.embed([draft])[0]  # the stored vector embeds the note as stored (A-Mem)
         allowed = {n.id for n in notes}
         links = [i for i in decision.suggested_connections if i in allowed]  # never another owner's
-        if links:
-            self.store.add_links(owner_id, note_id, links)
+        note_id = self._store(owner_id, draft, vector, extra, links)
         if "update_neighbor" in decision.actions:
             self._update_neighbours(owner_id, note_id, notes, decision.new_context_neighborhood,
                                     decision.new_tags_neighborhood)
@@ -118,11 +125,32 @@ class MemoryAgent:
         if not changed:
             return
         for note, vector in zip(changed, self.embed(changed)):
-            _, generation = self.store.update_note(owner_id, note.id, "evolve", vector, cause=cause,
-                                                   context=note.context, tags=note.tags)
+            try:
+                _, generation = self.store.update_note(owner_id, note.id, "evolve", vector, cause=cause,
+                                                       context=note.context, tags=note.tags)
+            except NoteNotFoundError:  # deleted since it was read (nothing written): there is nothing to evolve
+                continue
             self.partitions.updated(owner_id, note.id, vector, generation)
 
-    def undo_evolution(self, owner_id: int, note_id: int) -> list[int]:
+    def take_back(self, owner_id: int, note_id: int) -> list[int]:
+        """Before note `note_id` is deleted or rewritten, take back every text derived from it: what its evolution
+        wrote (undo_evolution), and what the evolution of each later note whose prompt showed it, or showed a
+        note then holding text derived from it, wrote (into that note's tags and its neighbours), and so on down
+        the chain. Returns the notes whose evolution was undone, in the order they were added."""
+        events, sources = self.store.derivations(owner_id, note_id)
+        causes, derived = [note_id], {note_id}  # notes whose evolution is undone; notes holding derived text
+        for _, note, event, cause in events:
+            if event == "add" and note != note_id and derived & set(sources.get(note, ())):
+                causes.append(note)  # its prompt showed derived text: all its evolution wrote derives from it
+            elif event == "evolve" and cause in causes:
+                derived.add(note)
+            elif event == "update":
+                derived.discard(note)  # re-analysed from its content alone
+        for cause in causes:  # the note itself is about to be deleted or re-analysed: nothing to restore in it
+            self.undo_evolution(owner_id, cause, besides=note_id)
+        return causes
+
+    def undo_evolution(self, owner_id: int, note_id: int, besides: int | None = None) -> list[int]:
         """Take back what note `note_id`'s evolution wrote into its neighbours (before it is deleted or rewritten),
         so that no derived copy of its words outlives it; returns the neighbours restored.
 
@@ -130,9 +158,12 @@ class MemoryAgent:
         (and unevolve) events from that one on: each was written from a text that held the note's words. A later
         update of the neighbour (re-analysed from its content alone) ends that span: its fields then stay, only
         that update's before goes. Earlier evolutions survive; the neighbour is embedded again and one "unevolve"
-        event, without a before, records what it holds now."""
+        event, without a before, records what it holds now. The note `besides` (the one about to be deleted or
+        re-analysed, which may have strengthened its own tags) is left as it is."""
         spans = []
         for neighbour, since in self.store.evolved_by(owner_id, note_id).items():
+            if neighbour == besides:
+                continue
             events = self.store.history(owner_id, neighbour)
             until = next((e["id"] for e in events if e["id"] > since and e["event"] == "update"), None)
             note = self.store.get_note(owner_id, neighbour)
@@ -153,7 +184,7 @@ class MemoryAgent:
         before = self.store.get_note(owner_id, note_id)
         draft = self.draft(content, before.timestamp)
         vector = self.embed([draft])[0]
-        self.undo_evolution(owner_id, note_id)  # once the analysis succeeded: a failed LLM call changes nothing
+        self.take_back(owner_id, note_id)  # once the analysis succeeded: a failed LLM call changes nothing
         note, generation = self.store.update_note(owner_id, note_id, "update", vector, actor, content=content,
                                                   keywords=draft.keywords, tags=draft.tags,
                                                   context=draft.context)

@@ -124,7 +124,8 @@ class TextEncoder:
         tokenizer = self.model.tokenizer
         rows = []
         for word in words:
-            ids = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(word)) or [tokenizer.unk_token_id]
+            with self._lock:  # the fast tokenizer is shared: another thread's encode() changes its padding
+                ids = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(word)) or [tokenizer.unk_token_id]
             vector = self._word_vectors[ids].mean(axis=0)
             rows.append(vector / (np.linalg.norm(vector) + 1e-12))
         return np.asarray(rows, dtype=np.float32).reshape(len(words), -1)

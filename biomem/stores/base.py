@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import InvalidInputError, UnknownIdentityError
 from ..settings import Settings
 from ..vocabulary import AttemptLimits
+from .derivations import Event
 from .filters import Filter
 from .records import Group, Identity, Note
 from .sealing import Sealer, load_key
@@ -33,12 +34,14 @@ COLUMNS = {
               "metadata"),
     "hidden": ("owner_id", "note_id", "identity_id"),
     "links": ("owner_id", "source_id", "target_id"),
+    "sources": ("owner_id", "note_id", "source_id"),
     "history": ("id", "owner_id", "note_id", "event", "before", "after", "at", "actor_id", "cause_id"),
     "thresholds": ("modality", "tau", "source", "tau_strict", "strict_source", "updated", "delta", "delta_source"),
     "api_keys": ("id", "name", "role", "digest", "prefix", "created", "revoked"),
 }
 TABLES = tuple(COLUMNS)
 KEYS = {**{table: columns[0] for table, columns in COLUMNS.items()}, "links": "source_id, target_id",
+        "sources": "note_id, source_id",
         "members": "group_id, identity_id", "hidden": "note_id, identity_id"}
 # A stored threshold -> (its value column, its provenance column): τ, the step-up τ, the ambiguity margin δ.
 THRESHOLD_COLUMNS = {"tau": ("tau", "source"), "tau_strict": ("tau_strict", "strict_source"),
@@ -123,7 +126,8 @@ class MemoryStore(Protocol):
     # notes, links, history
     def generation(self, owner_id: int) -> int: ...
     def insert_notes(self, owner_id: int, notes: list[dict[str, Any]],
-                     vectors: np.ndarray) -> tuple[list[int], int]: ...
+                     vectors: np.ndarray) -> tuple[list[int], int]: ...  # with each note's "links" (ids of the
+    # owner's notes; one deleted meanwhile is skipped), all in one transaction
     def get_note(self, owner_id: int, note_id: int) -> Note: ...
     def get_notes(self, owner_id: int, note_ids: Iterable[int]) -> list[Note]: ...
     def get_notes_among(self, owners: Sequence[int], note_ids: Iterable[int]) -> list[Note]: ...
@@ -137,6 +141,8 @@ class MemoryStore(Protocol):
     def update_note(self, owner_id: int, note_id: int, event: str, vector: np.ndarray | None = None,
                     actor: int | None = None, cause: int | None = None, **fields: Any) -> tuple[Note, int]: ...
     def evolved_by(self, owner_id: int, cause_id: int) -> dict[int, int]: ...  # note -> its evolve row by cause
+    def derivations(self, owner_id: int, note_id: int) -> tuple[list[Event], dict[int, list[int]]]: ...  # the
+    # owner's add/evolve/update events from the note's add on, and the sources of later notes (stores.derivations)
     def unevolve(self, owner_id: int, note_id: int, since: int, until: int | None, context: str, tags: list[str],
                  vector: np.ndarray) -> tuple[Note, int]: ...  # undo evolution from row since (agent.undo_evolution)
     def delete_note(self, owner_id: int, note_id: int, *, keep_history: bool = False,
@@ -146,10 +152,11 @@ class MemoryStore(Protocol):
     def note_total(self) -> int: ...
     def note_summary(self, owners: Sequence[int] | None = None) -> dict[int, tuple[int, str]]: ...
     def counts(self) -> dict[str, int]: ...
-    # service API keys
+    # service API keys (PostgreSQL: written by the tables' owner, looked up by the engine's role)
     def add_api_key(self, name: str, role: str, digest: str, prefix: str) -> int: ...
     def api_key(self, digest: str) -> tuple[int, str, str] | None: ...
-    def api_keys(self) -> list[dict[str, Any]]: ...
+    def api_keys_in_use(self) -> bool: ...  # whether an unrevoked key exists
+    def api_keys(self) -> list[dict[str, Any]]: ...  # the operator's listing (PostgreSQL: as the tables' owner)
     def revoke_api_key(self, key_id: int) -> bool: ...
     # copying between stores (biomem.stores.copying): rows as COLUMNS orders them, embeddings as float32
     # bytes, sample as 0/1, ids kept

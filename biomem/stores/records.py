@@ -13,8 +13,9 @@ from ..errors import InvalidInputError
 
 # A note row as Note.from_row reads it.
 NOTE_COLUMNS = "id, owner_id, content, timestamp, keywords, tags, context, author_id, metadata"
-# A group's label_key: its label never takes a person's name (labels hold no control character), and two
-# households may share a name (a store-wide unique name would tell a stranger that a household exists).
+# A group's label_key (a person's is biomem.stores.labels.label_key of the label): it never takes a person's name
+# (labels hold no control character), and two households may share a name (a store-wide unique name would tell a
+# stranger that a household exists).
 GROUP_KEY_PREFIX = "\x1fgroup:"
 
 
@@ -132,6 +133,16 @@ def history_row(owner_id: int, note_id: int, event: str, before: dict | None, af
     """The HISTORY_COLUMNS values of one event: what the note said before and after (snapshots), now."""
     return [owner_id, note_id, event, json.dumps(snapshot(before)) if before else None,
             json.dumps(snapshot(after)) if after else None, now_iso(), actor, cause]
+
+
+def add_events(note: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None, dict[str, Any]]]:
+    """(event, before, after) of an inserted note's history: its "add" as its own analysis made it and, when
+    evolution strengthened its tags (note["own_tags"]), an "evolve" it caused itself, taken back with what it read
+    (biomem.notes.agent.MemoryAgent.take_back)."""
+    if note.get("own_tags") is None:
+        return [("add", None, note)]
+    own = {**note, "tags": note["own_tags"]}
+    return [("add", None, own), ("evolve", own, note)]
 
 
 def history_events(rows: list[tuple]) -> list[dict[str, Any]]:

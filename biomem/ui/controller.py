@@ -9,6 +9,7 @@ signed in on the page, else the store's default) and which action each browser t
 from __future__ import annotations
 
 import logging
+import math
 import tempfile
 import threading
 import time
@@ -42,6 +43,7 @@ from ..identity.disclosure import note_view
 from ..identity.gate import Probe
 from ..identity.limits import client_keys
 from ..settings import Settings
+from ..stores.labels import label_key
 from ..stores.records import Group
 from . import render, uploads
 from .doors import Operators
@@ -58,6 +60,18 @@ NO_HOUSEHOLD = ("No such household", "None of the households of the person the p
                 "name, or show a member's probe.")
 NO_HOUSEHOLD_CHOSEN = ("No such household", "The probe's person has no such household: press My households "
                        "with your probe, choose one of yours, then Remember with your probe again.")
+# a value no control of the page sends (a hand-made call to the page's API): what to do, never an exception's name
+FORGED = ("Request not understood", "This request did not come from the page as it is: reload the page and try again.")
+
+
+def typed_text(value: Any, what: str, *held: Any) -> str:
+    """A text box's value, stripped; anything a text box never sends (a number, a list, an object) is refused with
+    FORGED, its uploads `held` deleted, and logged by its type only (the value may be a note)."""
+    if value is None or isinstance(value, str):
+        return (value or "").strip()
+    uploads.discard(*held)
+    log.warning("a page event's %s was a %s, which no text box sends: refused", what, type(value).__name__)
+    raise fail(FORGED[1], FORGED[0])
 
 
 class Shown(NamedTuple):
@@ -199,7 +213,7 @@ class Controller:
     def ask(self, question: str, probe: Any, encoder: str | None = None,
             request: gr.Request | None = None) -> dict[str, Any]:
         """Ask as whoever the probe shows: the gate decides which memories the LLM may read."""
-        question = (question or "").strip()
+        question = typed_text(question, "question", probe)
         if not question:
             uploads.discard(probe)
             raise hint("Type a question first.", "No question")
@@ -210,7 +224,7 @@ class Controller:
         """Store a memory for whoever the probe shows (refused when it matches nobody); `where` a household
         of theirs to write into instead (its id, as "My households" offered it) and `hidden` the ids of its
         members who must never read the note. The engine refuses a household the person is not in."""
-        text = (text or "").strip()
+        text = typed_text(text, "text", probe)
         try:
             if not text:
                 raise hint("Type what to remember first.", "Nothing to remember")
@@ -243,14 +257,14 @@ class Controller:
             return None, []
         try:
             scope, hidden_from = int(where), [int(i) for i in hidden]
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise fail(NO_HOUSEHOLD_CHOSEN[1], NO_HOUSEHOLD_CHOSEN[0]) from None
         return scope, hidden_from
 
     def compare(self, question: str, probe_a: Any, probe_b: Any, encoder: str | None = None,
                 request: gr.Request | None = None) -> dict[str, Any]:
         """One question, two requesters: two gate decisions, two retrieved sets, two answers."""
-        question = (question or "").strip()
+        question = typed_text(question, "question", probe_a, probe_b)
         if not question or not probe_a or not probe_b:
             uploads.discard(probe_a, probe_b)
             if not question:
@@ -316,7 +330,7 @@ class Controller:
         client = self.clients(request)
         paths = [p for p in (files or []) if uploads.upload_path(p)]
         paths += [capture] if uploads.upload_path(capture) else []
-        label, name = (label or "").strip(), encoder or self.mem.modality
+        label, name = typed_text(label, "name", files, capture), encoder or self.mem.modality
         try:
             if not label:
                 raise hint("Give a name for the new identity.", "No name")
@@ -381,7 +395,7 @@ class Controller:
             number = float(value)
         except (TypeError, ValueError):
             number = 0.0
-        if number != int(number) or number < 1:
+        if not math.isfinite(number) or number != int(number) or number < 1:
             raise hint("Give the id of one of your notes (first column).", "No note id")
         return int(number)
 
@@ -447,7 +461,7 @@ class Controller:
     def found_household(self, label: str, probe: Any, second: Any, encoder: str | None,
                         request: gr.Request | None = None) -> str:
         """Found a household named `label`: its founder shows a fresh step-up probe and is its first member."""
-        label = (label or "").strip()
+        label = typed_text(label, "household name", probe, second)
         try:
             if not label:
                 raise hint("Give the new household a name.", "No household name")
@@ -460,8 +474,10 @@ class Controller:
                 "**Join a household**.")
 
     def household_named(self, person: int, label: str) -> Group:
-        """`person`'s household named `label` (any case); one that is not theirs reads as one that does not exist."""
-        home = next((g for g in self.mem.groups(identity=person) if g.label.casefold() == label.casefold()), None)
+        """`person`'s household named `label`, in any case or look-alike letters (biomem.stores.labels); one that is
+        not theirs reads as one that does not exist."""
+        key = label_key(label)
+        home = next((g for g in self.mem.groups(identity=person) if label_key(g.label) == key), None)
         if home is None:
             raise fail(NO_HOUSEHOLD[1], NO_HOUSEHOLD[0])
         return home
@@ -471,8 +487,8 @@ class Controller:
         """A member brings a newcomer into one of the member's households (named `label`): both show fresh
         step-up probes. A member's probe that shows no household of that name gets the same answer whether
         such a household exists or not."""
-        label = (label or "").strip()
         probes = (member, member_second, newcomer, newcomer_second)
+        label = typed_text(label, "household name", *probes)
         try:
             if not label:
                 raise hint("Give the name of the household to join.", "No household name")
@@ -499,7 +515,7 @@ class Controller:
                         request: gr.Request | None = None) -> str:
         """The person a fresh step-up probe shows leaves their household named `label` (the last member to
         leave takes it and its notes with them). A household they are not in reads as one that does not exist."""
-        label = (label or "").strip()
+        label = typed_text(label, "household name", probe, second)
         try:
             if not label:
                 raise hint("Give the name of the household to leave.", "No household name")

@@ -17,12 +17,14 @@ import numpy as np
 import psycopg
 
 from ...errors import NoteNotFoundError
+from ..derivations import Event, derivations, record_sources
 from ..filters import Filter, compile_filter
 from ..records import (
     HISTORY_COLUMNS,
     NOTE_COLUMNS,
     Identity,
     Note,
+    add_events,
     authorship,
     check_id,
     history_events,
@@ -54,10 +56,13 @@ class PgNoteRows:
 
     def insert_notes(self, owner_id: int, notes: list[dict[str, Any]],
                      vectors: np.ndarray) -> tuple[list[int], int]:
-        """Insert notes (content, timestamp, keywords, tags, context; optionally author, metadata, hidden_from)
-        of one owner: (new ids, generation)."""
+        """Insert notes (content, timestamp, keywords, tags, context; optionally author, metadata, hidden_from,
+        links) of one owner with their links, in one transaction: (new ids, generation). `links` names notes of
+        the owner already stored; one deleted meanwhile is skipped (_still_there), never an error."""
         with self.transaction([owner_id]) as conn:
             self.identity(owner_id)
+            targets = self._still_there(conn, owner_id, {int(t) for note in notes
+                                                         for t in (*note.get("links", ()), *note.get("sources", ()))})
             ids = []
             for note, vector in zip(notes, vectors):
                 note_id = conn.execute(
@@ -71,9 +76,28 @@ class PgNoteRows:
                 if hidden:
                     with conn.cursor() as cursor:
                         cursor.executemany("INSERT INTO hidden VALUES (%s, %s, %s)", hidden)
-                self._record(conn, owner_id, note_id, "add", None, note, note.get("author"))
+                for event, before, after in add_events(note):
+                    self._record(conn, owner_id, note_id, event, before, after,
+                                 note.get("author") if event == "add" else None, note_id if event == "evolve" else None)
+                record_sources(conn.execute, owner_id, note_id,
+                               [s for s in note.get("sources", ()) if int(s) in targets], "%s")
+                links = [(owner_id, note_id, t) for t in note.get("links", ()) if int(t) in targets]
+                if links:
+                    with conn.cursor() as cursor:
+                        cursor.executemany("INSERT INTO links VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", links)
             generation = self._bump_generation(conn, owner_id)
         return ids, generation
+
+    @staticmethod
+    def _still_there(conn: psycopg.Connection, owner_id: int, note_ids: set[int]) -> set[int]:
+        """Those of the owner's `note_ids` that exist, locked (FOR KEY SHARE) until the transaction ends: a delete
+        that started first is waited for and its note left out, one that comes later waits and then takes the
+        new links with its note. Taken before the transaction writes anything, so it never waits holding a lock
+        a delete needs (the note count's row)."""
+        if not note_ids:
+            return set()
+        return {r[0] for r in conn.execute("SELECT id FROM notes WHERE owner_id = %s AND id = ANY (%s) ORDER BY id "
+                                           "FOR KEY SHARE", [int(owner_id), sorted(note_ids)])}
 
     def _notes(self, conn: psycopg.Connection, owner_id: int, where: str, args: list) -> list[Note]:
         rows = conn.execute(f"SELECT {NOTE_COLUMNS} FROM notes WHERE owner_id = %s {where}",
@@ -229,6 +253,11 @@ class PgNoteRows:
                 "SELECT h.note_id, min(h.id) FROM history h JOIN notes n ON n.id = h.note_id AND n.owner_id = %s "
                 "WHERE h.owner_id = %s AND h.cause_id = %s AND h.event = 'evolve' GROUP BY h.note_id",
                 [int(owner_id), int(owner_id), int(cause_id)]))
+
+    def derivations(self, owner_id: int, note_id: int) -> tuple[list[Event], dict[int, list[int]]]:
+        """biomem.stores.derivations.derivations of the owner's note."""
+        with self.transaction([owner_id]) as conn:
+            return derivations(conn.execute, owner_id, note_id, "%s")
 
     def unevolve(self, owner_id: int, note_id: int, since: int, until: int | None, context: str, tags: list[str],
                  vector: np.ndarray) -> tuple[Note, int]:

@@ -8,12 +8,18 @@ membership row is visible to the group and to the member. The engine's connectio
 `biomem_app`, which owns nothing and cannot bypass RLS; the tables belong to whoever ran the migration.
 What the engine needs across owners goes through three SECURITY DEFINER functions that return no note
 text: the gallery of sealed templates (the gate must compare a probe with everyone), note counts per
-owner, and row counts.
+owner, and row counts. API keys are written by the tables' owner only (version 8): the engine's role reads no
+digest, it looks a presented key up through two more such functions.
 
 Primary keys lead with the owner, so `owner_id` can be the Citus distribution column.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..labels import rekey_people
 
 APP_ROLE = "biomem_app"
 # the owned tables of version 2 (version 5 adds hidden, by owner_id, and members, by group or member)
@@ -229,12 +235,56 @@ ALTER TABLE biomem.history ADD COLUMN cause_id bigint;  -- an "evolve" event: th
 CREATE INDEX history_by_cause ON biomem.history(owner_id, cause_id);
 """
 
-# version -> the script that brings the previous version to it. A new store runs them all.
-MIGRATIONS: dict[int, str] = {
+
+def _v7(conn: Any) -> None:
+    """Version 7: a person's label_key is the look-alike key of biomem.stores.labels (NFKC, case fold, the Unicode
+    TS #39 skeleton), which SQL cannot compute: a later look-alike of an earlier label is renamed "label (2)"."""
+    rekey_people(conn.execute, "%s")
+
+
+# Version 8: API keys are the tables' owner's to write (biomem keys, as the migrating user): the engine's role may
+# neither add a key nor revive a revoked one, nor read a digest; it only looks an unrevoked key up by the digest of
+# a presented secret, and asks whether any unrevoked key exists (the keyless loopback rule).
+_V8 = f"""
+REVOKE ALL ON biomem.api_keys FROM {APP_ROLE};
+CREATE OR REPLACE FUNCTION biomem.api_key(wanted text) RETURNS TABLE (id bigint, name text, role text)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = biomem, pg_temp AS
+$$ SELECT id, name, role FROM biomem.api_keys WHERE digest = wanted AND revoked IS NULL $$;
+CREATE OR REPLACE FUNCTION biomem.api_keys_in_use() RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = biomem, pg_temp AS
+$$ SELECT EXISTS (SELECT FROM biomem.api_keys WHERE revoked IS NULL) $$;
+REVOKE ALL ON FUNCTION biomem.api_key(text), biomem.api_keys_in_use() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION biomem.api_key(text), biomem.api_keys_in_use() TO {APP_ROLE};
+"""
+
+# Version 9: which notes each note's evolve prompt showed, so that deleting or rewriting one takes back what was
+# derived from it down the chain (biomem.stores.derivations); both ends are notes of the row's owner.
+_V9 = f"""
+CREATE TABLE biomem.sources (
+    owner_id bigint NOT NULL,
+    note_id bigint NOT NULL,
+    source_id bigint NOT NULL,
+    PRIMARY KEY (owner_id, note_id, source_id),
+    FOREIGN KEY (owner_id, note_id) REFERENCES biomem.notes(owner_id, id) ON DELETE CASCADE,
+    FOREIGN KEY (owner_id, source_id) REFERENCES biomem.notes(owner_id, id) ON DELETE CASCADE
+);
+CREATE INDEX sources_by_source ON biomem.sources(owner_id, source_id);
+ALTER TABLE biomem.sources ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_rows ON biomem.sources USING (owner_id = ANY (biomem.admitted()))
+    WITH CHECK (owner_id = ANY (biomem.admitted()));
+GRANT SELECT, INSERT, UPDATE, DELETE ON biomem.sources TO {APP_ROLE};
+"""
+
+# version -> the script (or, where SQL cannot do it, the function of the owner's connection) that brings the
+# previous version to it. A new store runs them all.
+MIGRATIONS: dict[int, str | Callable[[Any], None]] = {
     2: _ROLE + _V2 + _V2_DEFINERS + _rls_and_grants(),
     3: _V3,
     4: _V4,  # attempt limits shared by every replica (biomem.identity.limits): client digests, never addresses
     5: _V5,  # groups (biomem.engine.households)
     6: _V6,  # the ambiguity margin and evolution causes
+    7: _v7,  # people's look-alike label keys
+    8: _V8,  # API keys written by the tables' owner only
+    9: _V9,  # what each note's evolution read
 }
 SCHEMA_VERSION = max(MIGRATIONS)

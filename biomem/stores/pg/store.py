@@ -2,9 +2,9 @@
 
 Connections come from a psycopg pool; each acts as the RLS-bound role `biomem_app` (biomem.stores.pg.schema)
 and each note, link, history, template or membership statement runs in a transaction whose `biomem.admitted`
-names the owners it is for (a person, or the groups whose notes they reach). Schema creation, upgrades and
-copies use one connection as the URL's own user, who owns the tables. Generations and the template version
-live in the database, so every process sees the others' writes on its next query.
+names the owners it is for (a person, or the groups whose notes they reach). Schema creation, upgrades,
+copies and API keys use one connection as the URL's own user, who owns the tables. Generations and the
+template version live in the database, so every process sees the others' writes on its next query.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ import psycopg
 from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool
 
-from ...errors import DuplicateLabelError, StoreCorruptError, UnknownIdentityError
+from ...errors import DuplicateLabelError, NotAuthorisedError, StoreCorruptError, UnknownIdentityError
 from ...settings import Settings
 from ...vocabulary import AttemptLimits
 from ..attempts import record_misses
 from ..base import COLUMNS, KEYS, THRESHOLD_COLUMNS, Derived, SealedTemplates, SearchIndex, without_password
 from ..groups import emptied_groups, erase_from_groups, erase_unreadable, hide_from_newcomer
+from ..labels import label_key, taken
 from ..records import GROUP_KEY_PREFIX, Group, Identity, check_id, metadata_json, now_iso
 from ..sealing import Sealer
 from .graphs import GRAPH_FLOOR, HNSW_THRESHOLD
@@ -85,7 +86,7 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
 
     @contextmanager
     def owner_connection(self) -> Iterator[psycopg.Connection]:
-        """One transaction as the URL's own user, who owns the tables: migrations, DDL and copies."""
+        """One transaction as the URL's own user, who owns the tables: migrations, DDL, copies and API keys."""
         with psycopg.connect(self.url, connect_timeout=30) as conn:
             conn.execute("SET search_path = biomem, public")
             yield conn
@@ -106,7 +107,11 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
             if version == 0:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
             for step in range(max(version + 1, min(MIGRATIONS)), SCHEMA_VERSION + 1):
-                conn.execute(MIGRATIONS[step])
+                migration = MIGRATIONS[step]
+                if isinstance(migration, str):
+                    conn.execute(migration)
+                else:
+                    migration(conn)
             if version == 0:
                 conn.execute("INSERT INTO biomem.meta VALUES ('store_id', %s)", [secrets.token_hex(16)])
             conn.execute("INSERT INTO biomem.meta VALUES ('schema_version', %s) ON CONFLICT (key) "
@@ -262,13 +267,13 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
 
     # identities and templates
     def add_identity(self, label: str, modality: str, templates: np.ndarray, *, sample: bool = False) -> Identity:
-        """A new identity (its id is never reused); DuplicateLabelError if the label is taken."""
+        """A new identity (its id is never reused); DuplicateLabelError if the label, or one it looks like, is taken."""
         with self.transaction() as conn:
             row = conn.execute("INSERT INTO identities (label, label_key, created, sample) VALUES (%s, %s, %s, %s) "
                                "ON CONFLICT (label_key) DO NOTHING RETURNING id",
-                               [label, label.casefold(), now_iso(), bool(sample)]).fetchone()
+                               [label, label_key(label), now_iso(), bool(sample)]).fetchone()
             if row is None:
-                raise DuplicateLabelError(f"the name {label!r} is taken: choose another")
+                raise DuplicateLabelError(taken(label))
             self.add_templates(row[0], modality, templates)
         return Identity(row[0], label, sample)
 
@@ -414,9 +419,20 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
             self._bump_templates(conn)
         self.sealer = new
 
-    # service API keys (biomem.engine.keys): digests only
+    # service API keys (biomem.engine.keys): digests only, written and listed by the tables' owner (schema version 8)
+    @contextmanager
+    def _keys_as_owner(self) -> Iterator[psycopg.Connection]:
+        """owner_connection(), for the operator's key management: NotAuthorisedError when the URL's user does not
+        own the tables (a replica's login, which may only act as the engine's role)."""
+        try:
+            with self.owner_connection() as conn:
+                yield conn
+        except psycopg.errors.InsufficientPrivilege:
+            raise NotAuthorisedError(f"API keys are created, listed and revoked with the URL of the user who owns "
+                                     f"the store's tables (docs/storage.md); {self.location}'s user may not") from None
+
     def add_api_key(self, name: str, role: str, digest: str, prefix: str) -> int:
-        with self.transaction() as conn:
+        with self._keys_as_owner() as conn:
             return conn.execute("INSERT INTO api_keys (name, role, digest, prefix, created) "
                                 "VALUES (%s, %s, %s, %s, %s) RETURNING id",
                                 [name, role, digest, prefix, now_iso()]).fetchone()[0]
@@ -434,17 +450,22 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
                                  limits, misses)
 
     def api_key(self, digest: str) -> tuple[int, str, str] | None:
-        with self.transaction() as conn:
-            return conn.execute("SELECT id, name, role FROM api_keys WHERE digest = %s AND revoked IS NULL",
-                                [digest]).fetchone()
+        """(id, name, role) of the unrevoked key with this digest, else None: the engine's role reads no table."""
+        with self.reading() as conn:
+            return conn.execute("SELECT id, name, role FROM api_key(%s)", [digest]).fetchone()
+
+    def api_keys_in_use(self) -> bool:
+        """Whether an unrevoked key exists, asked as the engine's role."""
+        with self.reading() as conn:
+            return bool(conn.execute("SELECT api_keys_in_use()").fetchone()[0])
 
     def api_keys(self) -> list[dict[str, Any]]:
-        with self.transaction() as conn:
+        with self._keys_as_owner() as conn:
             rows = conn.execute("SELECT id, name, role, prefix, created, revoked FROM api_keys ORDER BY id")
             return [dict(zip(("id", "name", "role", "prefix", "created", "revoked"), row)) for row in rows]
 
     def revoke_api_key(self, key_id: int) -> bool:
-        with self.transaction() as conn:
+        with self._keys_as_owner() as conn:
             return conn.execute("UPDATE api_keys SET revoked = %s WHERE id = %s AND revoked IS NULL",
                                 [now_iso(), check_id(key_id, "key")]).rowcount == 1
 

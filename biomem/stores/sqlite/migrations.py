@@ -1,7 +1,7 @@
 """Versioned schema upgrades of the SQLite store, each in one transaction that keeps every row.
 
 Version 1 → 2: tables are rebuilt with AUTOINCREMENT ids (SQLite cannot add it in place),
-labels get a unique casefolded key (a clash from version 1 is renamed "label (2)"),
+labels get a unique key (biomem.stores.labels: a clash from version 1 is renamed "label (2)"),
 templates are sealed under the store's key, thresholds gain the step-up columns.
 """
 
@@ -13,24 +13,11 @@ from collections.abc import Callable
 import numpy as np
 
 from ...errors import StoreCorruptError
+from ..labels import unique_label_keys
 
 _TABLES = ("identities", "templates", "notes", "links", "history", "thresholds")
 _V1_TRIGGERS = ("notes_counted", "notes_uncounted", "links_same_owner")
 _V1_INDEXES = ("templates_by_modality", "notes_by_owner", "links_by_target", "history_by_note")
-
-
-def unique_label_keys(labels: list[tuple[int, str]]) -> list[tuple[int, str, str]]:
-    """(id, label, key) with keys unique: a later duplicate becomes "label (2)", "label (3)"…"""
-    taken: set[str] = set()
-    rows = []
-    for identity_id, label in labels:
-        candidate, n = label, 1
-        while candidate.casefold() in taken:
-            n += 1
-            candidate = f"{label} ({n})"
-        taken.add(candidate.casefold())
-        rows.append((identity_id, candidate, candidate.casefold()))
-    return rows
 
 
 def migrate_1_to_2(conn: sqlite3.Connection, create_schema: Callable[[], None],

@@ -17,12 +17,14 @@ import numpy as np
 import sqlite_utils
 
 from ...errors import NoteNotFoundError
+from ..derivations import Event, derivations, record_sources
 from ..filters import Filter, compile_filter
 from ..records import (
     HISTORY_COLUMNS,
     NOTE_COLUMNS,
     Identity,
     Note,
+    add_events,
     authorship,
     check_id,
     from_blob,
@@ -56,7 +58,9 @@ class NoteRows:
 
     def insert_notes(self, owner_id: int, notes: list[dict[str, Any]],
                      vectors: np.ndarray) -> tuple[list[int], int]:
-        """Insert notes (content, timestamp, keywords, tags, context) of one owner.
+        """Insert notes (content, timestamp, keywords, tags, context; optionally author, metadata, hidden_from,
+        links) of one owner with their links, in one transaction. `links` names notes of the owner already
+        stored; one deleted meanwhile is skipped, never an error.
 
         Returns the new ids and the owner's new generation.
         """
@@ -73,7 +77,14 @@ class NoteRows:
                 ids.append(note_id)
                 db.conn.executemany("INSERT INTO hidden VALUES (?, ?, ?)",
                                     [(owner_id, note_id, int(i)) for i in note.get("hidden_from", ())])
-                self._record(db, owner_id, note_id, "add", None, note, note.get("author"))
+                for event, before, after in add_events(note):
+                    self._record(db, owner_id, note_id, event, before, after,
+                                 note.get("author") if event == "add" else None, note_id if event == "evolve" else None)
+                record_sources(db.execute, owner_id, note_id, note.get("sources", ()), "?")
+                for target in note.get("links", ()):
+                    db.execute("INSERT OR IGNORE INTO links SELECT owner_id, ?, id FROM notes "
+                               "WHERE owner_id = ? AND id = ? AND id <> ?",
+                               [note_id, int(owner_id), int(target), note_id])
             generation = self._bump_generation(db, owner_id)
         return ids, generation
 
@@ -247,6 +258,11 @@ class NoteRows:
                 "SELECT h.note_id, MIN(h.id) FROM history h JOIN notes n ON n.id = h.note_id AND n.owner_id = ? "
                 "WHERE h.owner_id = ? AND h.cause_id = ? AND h.event = 'evolve' GROUP BY h.note_id",
                 [int(owner_id), int(owner_id), int(cause_id)]))
+
+    def derivations(self, owner_id: int, note_id: int) -> tuple[list[Event], dict[int, list[int]]]:
+        """biomem.stores.derivations.derivations of the owner's note."""
+        with self.lock:
+            return derivations(self.db.execute, owner_id, note_id, "?")
 
     def unevolve(self, owner_id: int, note_id: int, since: int, until: int | None, context: str, tags: list[str],
                  vector: np.ndarray) -> tuple[Note, int]:

@@ -1,10 +1,10 @@
-"""The SQLite schema of the store, version 6, as one script and as the statements it runs."""
+"""The SQLite schema of the store, version 9, as one script and as the statements it runs."""
 
 from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 9
 
 # Version 2: ids are AUTOINCREMENT (never reused, so nothing keyed by an id can reach a later
 # person), labels are unique case-insensitively, templates are sealed, thresholds carry a
@@ -15,12 +15,19 @@ SCHEMA_VERSION = 6
 # metadata, notes hidden from some members, and who made each history event (V5_COLUMNS on upgrade).
 # Version 6: the gate's ambiguity margin δ per modality beside τ, and which note's evolution caused an
 # "evolve" event (so deleting or rewriting that note undoes what it wrote into its neighbours) (V6_COLUMNS).
+# Version 7: a person's label_key is the look-alike key of biomem.stores.labels (NFKC, case fold, the Unicode
+# TS #39 skeleton), no longer the casefolded label; the upgrade renames a later look-alike "label (2)".
+# Version 8: nothing changes here. PostgreSQL's version 8 lets only the tables' owner write API keys, its engine's
+# role only look one up; a file has no roles (whoever may read it may write it), so its keys stay as they are.
+# Version 9: which notes each note's evolve prompt showed (sources), so that deleting or rewriting one takes back
+# what was derived from it down the chain (biomem.stores.derivations); a note's own strengthened tags are an
+# "evolve" event it caused itself. Notes stored before have no sources: their chain ends at the first step.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS identities (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     label TEXT NOT NULL,
-    label_key TEXT NOT NULL UNIQUE,  -- casefolded label
+    label_key TEXT NOT NULL UNIQUE,  -- a person's: label_key(label) (biomem.stores.labels); a group's: random
     created TEXT NOT NULL,
     generation INTEGER NOT NULL DEFAULT 0,  -- bumped on every change to the owner's notes
     sample INTEGER NOT NULL DEFAULT 0,  -- 1: a demo/sample person, not a real enrolment
@@ -83,6 +90,13 @@ CREATE TABLE IF NOT EXISTS links (
     PRIMARY KEY (source_id, target_id)
 );
 CREATE INDEX IF NOT EXISTS links_by_target ON links(target_id);
+CREATE TABLE IF NOT EXISTS sources (  -- note_id's evolve prompt showed source_id's text (biomem.stores.derivations)
+    owner_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
+    note_id INTEGER NOT NULL REFERENCES notes(id) ON DELETE CASCADE,
+    source_id INTEGER NOT NULL REFERENCES notes(id) ON DELETE CASCADE,
+    PRIMARY KEY (note_id, source_id)
+);
+CREATE INDEX IF NOT EXISTS sources_by_owner ON sources(owner_id, note_id);
 CREATE TRIGGER IF NOT EXISTS links_same_owner BEFORE INSERT ON links
 WHEN (SELECT owner_id FROM notes WHERE id = NEW.source_id) IS NOT NEW.owner_id
   OR (SELECT owner_id FROM notes WHERE id = NEW.target_id) IS NOT NEW.owner_id

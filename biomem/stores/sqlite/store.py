@@ -29,6 +29,7 @@ from ...vocabulary import AttemptLimits
 from ..attempts import record_misses
 from ..base import COLUMNS, KEYS, THRESHOLD_COLUMNS, Derived, SealedTemplates, SearchIndex
 from ..groups import emptied_groups, erase_from_groups, erase_unreadable, hide_from_newcomer
+from ..labels import label_key, rekey_people, taken
 from ..partitions import HNSW_THRESHOLD, Partitions
 from ..records import GROUP_KEY_PREFIX, Group, Identity, check_id, now_iso
 from ..sealing import Sealer
@@ -97,8 +98,9 @@ class Store(NoteRows, SealedTemplates, Derived):
         """Upgrade in one transaction (foreign keys off while tables are rebuilt), then compact.
         1 → 2 rebuilds every table (see biomem.stores.sqlite.migrations); 2 → 3 adds the api_keys table, 3 → 4
         the attempt-limit tables, 4 → 5 groups (V5_COLUMNS, then the new tables), 5 → 6 the ambiguity margin and
-        evolution causes (V6_COLUMNS)."""
-        if version not in (1, 2, 3, 4, 5):
+        evolution causes (V6_COLUMNS), 6 → 7 people's look-alike label keys (biomem.stores.labels.rekey_people),
+        7 → 8 nothing (the version of PostgreSQL's API key grants), 8 → 9 the sources table (in SCHEMA)."""
+        if version not in (1, 2, 3, 4, 5, 6, 7, 8):
             raise StoreCorruptError(f"{self.path} has schema version {version}: no migration from it")
         with self.lock:
             self.db.execute("PRAGMA foreign_keys=OFF")
@@ -108,9 +110,11 @@ class Store(NoteRows, SealedTemplates, Derived):
                         migrate_1_to_2(db.conn, self._create_schema, self._seal_row)
                         db.execute(V5_COLUMNS[-1])  # the rebuilt notes have the author column: fill it
                     else:
-                        for statement in (*(V5_COLUMNS if version < 5 else ()), *V6_COLUMNS):
+                        for statement in (*(V5_COLUMNS if version < 5 else ()), *(V6_COLUMNS if version < 6 else ())):
                             db.execute(statement)
                         self._create_schema()
+                    if version < 7:
+                        rekey_people(db.execute, "?")
                     db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
                     self._write_key_check(db)
             finally:
@@ -238,13 +242,14 @@ class Store(NoteRows, SealedTemplates, Derived):
     # identities and templates
     def add_identity(self, label: str, modality: str, templates: np.ndarray, *,
                      sample: bool = False) -> Identity:
-        """A new identity (its id is never reused); DuplicateLabelError if the label is taken."""
+        """A new identity (its id is never reused); DuplicateLabelError if the label, or one it looks like, is taken."""
         with self.transaction() as db:
-            if db.execute("SELECT 1 FROM identities WHERE label_key = ?", [label.casefold()]).fetchone():
-                raise DuplicateLabelError(f"the name {label!r} is taken: choose another")
+            key = label_key(label)
+            if db.execute("SELECT 1 FROM identities WHERE label_key = ?", [key]).fetchone():
+                raise DuplicateLabelError(taken(label))
             identity_id = db.execute(
                 "INSERT INTO identities (label, label_key, created, sample) VALUES (?, ?, ?, ?)",
-                [label, label.casefold(), now_iso(), int(sample)]).lastrowid
+                [label, key, now_iso(), int(sample)]).lastrowid
             self.add_templates(identity_id, modality, templates)
         return Identity(identity_id, label, sample)
 
@@ -398,6 +403,11 @@ class Store(NoteRows, SealedTemplates, Derived):
         with self.lock:
             return self.db.execute("SELECT id, name, role FROM api_keys WHERE digest = ? AND revoked IS NULL",
                                    [digest]).fetchone()
+
+    def api_keys_in_use(self) -> bool:
+        """Whether an unrevoked key exists."""
+        with self.lock:
+            return self.db.execute("SELECT EXISTS (SELECT 1 FROM api_keys WHERE revoked IS NULL)").fetchone()[0] == 1
 
     def api_keys(self) -> list[dict[str, Any]]:
         with self.lock:
