@@ -20,7 +20,7 @@ PACKAGES = ("biomem", "modalities")
 # import each other. A module whose layer is not listed fails the test until it is given one.
 LAYERS = {"errors": "errors", "vocabulary": "vocabulary", "settings": "settings", "stores": "stores",
           "identity": "identity", "notes": "notes", "engine": "engine", "server": "surfaces", "ui": "surfaces",
-          "eval": "surfaces", "cli": "surfaces", "client": "surfaces", "": "surfaces"}
+          "eval": "surfaces", "cli": "surfaces", "client": "surfaces", "stopping": "surfaces", "": "surfaces"}
 RANKS = {"errors": 0, "vocabulary": 1, "settings": 2, "stores": 3, "identity": 4, "notes": 4, "engine": 5,
          "surfaces": 6}
 
