@@ -1,9 +1,9 @@
-"""The gate as identities grow: the exact scan against the candidate path (issue 28).
+"""The gate as identities grow: the exact scan against the candidate path.
 
     HF_HUB_OFFLINE=1 python benchmarks/gate.py                       # the ladder below, ~1-2 h on 2 shared cores
     HF_HUB_OFFLINE=1 python benchmarks/gate.py --ladder 10000:5:512 --probes 500 --skip-crossover   # minutes
 
-Each rung PEOPLE:CAPTURES:DIM (default 10000:1:128, the shape measured before issue 28, then 10000:1:512,
+Each rung PEOPLE:CAPTURES:DIM (default 10000:1:128, the shape earlier benchmarks measured, then 10000:1:512,
 10000:5:512, 100000:1:512, 100000:5:512) enrols synthetic face-like templates (biomem.identity.candidates.
 SyntheticFaces: people spread with a common direction and a low-rank part, captures clustered around each
 person) and probes them through `Gate.decide` (biomem.identity.gate), interleaved in rotating order:

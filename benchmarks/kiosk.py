@@ -6,8 +6,8 @@ The demo store (Ana, Ben and Chloe, faces only, biomem.engine.demo.build_demo) i
 PIN?" through BioMemory.ask by one client (one session, one address: a kiosk) on an injected clock. The strangers
 are every real person available offline who is not enrolled (biomem.identity.samples.calibration_faces(), 13
 people: their photos and augmented captures, pre-encoded); the owners ask with fresh captures of their own
-faces. Two paces, each on a fresh store under the default limits, and the steady pace again under the limits
-before issue 27 (any 20 misses in 10 minutes, then a doubling cool-down) for contrast:
+faces. Two paces, each on a fresh store under the default limits, and the steady pace again under the earlier
+limits (any 20 misses in 10 minutes, then a doubling cool-down) for contrast:
 
 - "steady": a stranger every 30 s on average (exponential gaps, seeded), an owner after about every fifth;
 - "rush": a stranger every 4 s (a queue at a party: 15 a minute), an owner after every fifth.
@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "What is my bank card PIN?"
 CLIENT = ("session:kiosk", "address:203.0.113.9")
 PACES = {"steady": 30.0, "rush": 4.0}  # mean seconds between strangers
-BEFORE = AttemptLimits(misses=20, window=600.0)  # the limits before issue 27: any 20 misses in 10 minutes
+BEFORE = AttemptLimits(misses=20, window=600.0)  # the earlier limits: any 20 misses in 10 minutes
 CAPTURES = 6  # a stranger's photo and its first augmentations
 
 

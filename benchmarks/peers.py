@@ -1,5 +1,5 @@
 """Bio-Memory beside what a user would install instead: Mem0, Chroma, LanceDB, pgvector (and Qdrant), on the same
-memories, in one run (issue 29).
+memories, in one run.
 
     PYTHONPATH=. HF_HUB_OFFLINE=1 /tmp/peers-venv/bin/python benchmarks/peers.py --quick   # 10,000 / 100
     PYTHONPATH=. HF_HUB_OFFLINE=1 /tmp/peers-venv/bin/python benchmarks/peers.py           # 100k / 1k, 1M / 10k

@@ -337,7 +337,7 @@ BIO_DIM = 128
 MODALITY = "face-dlib"
 LARGE_SHARE = 0.8  # of the queries, to a large owner (the rest to a small one)
 LOCOMO = Path(os.environ.get("LOCOMO_JSON", ROOT.parent / "shared" / "data" / "locomo" / "locomo10.json"))
-TARGET_OWNER_RECALL = 0.95  # issue 28: per-owner HNSW recall@10 against exact
+TARGET_OWNER_RECALL = 0.95  # target: per-owner HNSW recall@10 against exact
 
 
 def log(message: str) -> None:

@@ -10,14 +10,14 @@ note embeddings and the identities' templates. `BioMemory.search(query_vector, p
 timed end to end (gate over all templates, partition search, fetch of the 10 notes from SQLite) in two engine
 configurations: exact partitions (numpy) and the hnswlib path forced (hnsw_threshold=1; --skip-hnsw leaves it
 out). The templates come in two shapes:
-- C x 512, the default encoder's (face-arcface-s, issue 28): people, captures and probes drawn so that their
+- C x 512, the default encoder's (face-arcface-s): people, captures and probes drawn so that their
   cosines follow the encoder's genuine and impostor scores on the offline sample faces (calibrate_samples, run
   once per run, ~20 s; the scores go into the JSON). A person is a vector p, every capture of them a*p plus
   noise (a² the genuine median: captures cluster around the person), people differ along a random
   low-rank subspace fitted to the impostor scores' mean and spread (ScoreModel). A genuine probe mixes the
   owner's p with a random direction orthogonal to p and the owner's captures, at a target score drawn from the
   genuine scores; a stranger's probe is a capture of a person not enrolled.
-- 1 x 128, face-dlib's, as measured before issue 28: one isotropic random template per identity, genuine probes
+- 1 x 128, face-dlib's, the shape earlier runs measured: one isotropic random template per identity, genuine probes
   at cosine 0.97-0.995 to it (noisy copies), strangers isotropic.
 The gate alone runs in the same interleaved loop (`mem.gate.decide`: the scan and the rule, and `mem.identify`:
 the gate as a search runs it), with strangers' searches, so the gate's share of the search is measured whatever
@@ -50,7 +50,7 @@ other adds through BioMemory.add. JSON: benchmarks/results/retrieval_postgresql.
     PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/retrieval.py --store postgresql \
         --ladder 10000:100,100000:1000,1000000:10000      # ~22 min, 14 of them the 1M HNSW build
 
-(Runs before issue 28 had 1x128 templates only: add --shape 1x128 to measure that shape again.)
+(Earlier runs had 1x128 templates only: add --shape 1x128 to measure that shape again.)
 
 Part 3, households and filters (default 1M notes / 10,000 people, quick 20,000 / 200, NOTES:PEOPLE[:CxD]
 like the ladder; --households, --skip-households). Two stores with the same people (the same templates, probes
@@ -115,7 +115,7 @@ from biomem.notes.agent import MemoryAgent, embedding_text  # noqa: E402
 from biomem.notes.textenc import TextEncoder  # noqa: E402
 from biomem.stores.sqlite import Store  # noqa: E402
 
-MODALITY = "face-dlib"  # the 128-d shape the ladder measured before issue 28; the ingest part's owner
+MODALITY = "face-dlib"  # the 128-d shape the ladder measured in earlier runs; the ingest part's owner
 TEXT_DIM = 384
 BIO_DIM = 128
 DEFAULT_DIM = modalities.info(DEFAULT_ENCODER).dim  # the default encoder's templates (face-arcface-s: 512)
@@ -126,13 +126,13 @@ FULL_LADDER = (f"10000:100,100000:1000,1000000:10000,1000000:100000,1000000:1000
 QUICK_LADDER = f"10000:100,20000:1000,20000:1000:1x{BIO_DIM}"
 LOCOMO = Path(os.environ.get("LOCOMO_JSON", ROOT.parent / "shared" / "data" / "locomo" / "locomo10.json"))
 
-TARGET_P50_MS = 3.0  # issue 5, the 128-d rung at 1M notes
-TARGET_SPEEDUP = 30.0  # issue 5, the 128-d rung at 1M notes
-TARGET_SHAPE_P50_MS = {10_000: 1.0, 100_000: 2.0}  # issue 28: identities -> p50 at the default shape
-TARGET_SHAPE_SPEEDUP = 100.0  # issue 28: 1M notes / 10,000 identities at the default shape, interleaved
+TARGET_P50_MS = 3.0  # the original target, the 128-d rung at 1M notes
+TARGET_SPEEDUP = 30.0  # the original target, the 128-d rung at 1M notes
+TARGET_SHAPE_P50_MS = {10_000: 1.0, 100_000: 2.0}  # identities -> p50 at the default shape
+TARGET_SHAPE_SPEEDUP = 100.0  # 1M notes / 10,000 identities at the default shape, interleaved
 TARGET_RECALL = 1.0
 TARGET_INGEST_RATIO = 1.25
-TARGET_PG_RATIO = 3.0  # issue 28 (5.0 before, with 128-d templates)
+TARGET_PG_RATIO = 3.0  # at the default shape (5.0 before, with 128-d templates)
 TARGET_HOUSEHOLD_RATIO = 1.5  # grouped and filtered p50 / ungrouped p50, same run
 
 FULL_HOUSEHOLDS = "1000000:10000"  # NOTES:PEOPLE of the household rungs
@@ -205,7 +205,7 @@ def machine_info_here() -> dict[str, Any]:
 class Shape:
     """What the gate scans per identity: `captures` enrolled templates of `dim` dimensions ("CAPTURESxDIM").
 
-    128-d is face-dlib's shape as the ladder measured it before issue 28: one isotropic random template per
+    128-d is face-dlib's shape as the ladder measured it in earlier runs: one isotropic random template per
     identity, probes at cosine 0.97-0.995 to it, strangers isotropic too. The default encoder's dimension gets
     the calibrated model (ScoreModel): people, captures and probes whose cosines follow the default encoder's
     genuine and impostor scores on the offline sample faces."""
@@ -221,7 +221,7 @@ class Shape:
         except ValueError:
             raise SystemExit(f"bad shape {text!r}: CAPTURESxDIM, e.g. {DEFAULT_SHAPE}") from None
         if shape.dim not in (BIO_DIM, DEFAULT_DIM) or shape.captures < 1 or (shape.legacy and shape.captures != 1):
-            raise SystemExit(f"bad shape {text!r}: 1x{BIO_DIM} ({MODALITY}, as before issue 28) or "
+            raise SystemExit(f"bad shape {text!r}: 1x{BIO_DIM} ({MODALITY}, as in earlier runs) or "
                              f"Cx{DEFAULT_DIM} ({DEFAULT_ENCODER}, C >= 1 captures per identity)")
         return shape
 
@@ -238,7 +238,7 @@ class Shape:
 
 
 class ScoreModel:
-    """Synthetic face embeddings whose cosines follow a calibration's genuine and impostor scores (issue 28).
+    """Synthetic face embeddings whose cosines follow a calibration's genuine and impostor scores.
 
     A person is a unit vector p = c·m + √(1−c²)·u: m a direction every face shares, u uniform on the unit
     sphere of a random `rank`-dimensional subspace orthogonal to m. An enrolled capture is t = a·p + √(1−a²)·n,
@@ -1506,16 +1506,16 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     rungs = results["retrieval"]
     legacy = [r for r in rungs if r.get("shape", f"1x{BIO_DIM}") == f"1x{BIO_DIM}"]
-    if legacy:  # issue 5's targets, for the 128-d shape they were set for
+    if legacy:  # the original targets, for the 128-d shape they were set for
         top = max(legacy, key=lambda r: (r["notes"], r["identities"]))
         scale = f"{top['notes']:,} notes / {top['identities']:,} ids x 1x{BIO_DIM}"
         at_scale = top["notes"] >= 1_000_000  # both targets are stated at 1M notes
         p50 = top["modes"]["exact"]["p50_ms"]
-        out.append({"target": f"gated p50 <= {TARGET_P50_MS:g} ms at 1M notes (128-d templates, issue 5)",
+        out.append({"target": f"gated p50 <= {TARGET_P50_MS:g} ms at 1M notes (128-d templates, the original target)",
                     "measured": f"{p50:.3f} ms at {scale}",
                     "pass": p50 <= TARGET_P50_MS if at_scale else None})
         out.append({"target": f"gated >= {TARGET_SPEEDUP:g}x faster than the paper baseline (p50) at 1M "
-                              "(128-d templates, issue 5)",
+                              "(128-d templates, the original target)",
                     "measured": f"{top['speedup_exact']:.1f}x at {scale}",
                     "pass": top["speedup_exact"] >= TARGET_SPEEDUP if at_scale else None})
     default = [r for r in rungs if r.get("shape") == DEFAULT_SHAPE]
@@ -1524,8 +1524,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         if at:
             r = max(at, key=lambda r: r["notes"])
             m, g = r["modes"], r["gate_share"]["interleaved"]
-            out.append({"target": f"gate + rank + fetch p50 <= {limit:g} ms at {ids:,} identities x {DEFAULT_SHAPE} "
-                                  "(issue 28)",
+            out.append({"target": f"gate + rank + fetch p50 <= {limit:g} ms at {ids:,} identities x {DEFAULT_SHAPE}",
                         "measured": f"{m['exact']['p50_ms']:.3f} ms interleaved at {r['notes']:,} notes "
                                     f"({m['exact_back_to_back']['p50_ms']:.3f} back to back; the gate "
                                     f"{g['identify_p50_ms']:.3f} of it)",
@@ -1534,7 +1533,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     if at:
         r = max(at, key=lambda r: r["notes"])
         out.append({"target": f"gated >= {TARGET_SHAPE_SPEEDUP:g}x faster than the paper's per-note scan (p50, "
-                              f"interleaved) at 1M notes / 10,000 identities x {DEFAULT_SHAPE} (issue 28)",
+                              f"interleaved) at 1M notes / 10,000 identities x {DEFAULT_SHAPE}",
                     "measured": f"{r['speedup_exact']:.1f}x ({r['modes']['baseline']['p50_ms']:.1f} vs "
                                 f"{r['modes']['exact']['p50_ms']:.3f} ms; "
                                 f"{r.get('speedup_exact_after_baseline', float('nan')):.1f}x for the searches right "
@@ -1664,7 +1663,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", default=DEFAULT_SHAPE,
                     help=f"CAPTURESxDIM of the rungs that name none (default {DEFAULT_SHAPE}: {DEFAULT_ENCODER}'s "
                          f"{DEFAULT_DIM}-d templates, 5 captures per identity; 1x{BIO_DIM}: {MODALITY}'s shape, "
-                         "as measured before issue 28)")
+                         "as earlier runs measured it)")
     ap.add_argument("--skip-hnsw", action="store_true",
                     help="leave out the hnsw-forced configurations (SQLite's and PostgreSQL's) of the ladder")
     ap.add_argument("--queries", type=int, help="timed searches per rung (default 200, quick 100)")

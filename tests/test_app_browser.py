@@ -4,7 +4,7 @@ Load the demo, upload a probe and ask, read the gate / gated-in / gated-out pane
 from the webcam and ask again, take a webcam burst of 3 frames and ask with it, compare Ana with a
 stranger, see a readable error, check that
 a second visitor sees none of it, that the page asks nothing of any other host and that no
-probe image is left in Gradio's cache; then each rough edge of issues 11 and 23, fixed. Screenshots
+probe image is left in Gradio's cache; then each rough edge the page once had, fixed. Screenshots
 go to each test's tmp_path (`screenshots/`); with BIOMEM_UPDATE_SCREENSHOTS=1 the compare tab's
 (demo disclosure, with the chart) also goes to docs/screenshots/compare.png.
 
@@ -41,7 +41,7 @@ BROWSER_ARGS = [*CHROMIUM_ARGS, "--use-fake-device-for-media-stream", "--use-fak
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 STEP_MS = 60_000  # the longest any UI step may take (load demo, the slowest, takes ~10 s on 2 idle cores)
 # Where a probe box's label or words cover its drop zone, its upload icon or its source bar, or spill out
-# of the box (Gradio floats the label over the image; issue 23 met it at 390 px and in the small boxes).
+# of the box (Gradio floats the label over the image; it was seen at 390 px and in the small boxes).
 OVERLAPS = """() => {
   const hit = (a, b) => a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1;
   const found = [];
@@ -313,7 +313,7 @@ def test_a_visitor_loads_the_demo_asks_captures_and_compares(chromium_path, tmp_
 
 def test_the_page_holds_what_it_shows_and_the_rough_edges_are_gone(chromium_path, tmp_path, text_encoder,
                                                                     face_encoder, newcomer):
-    """Issues 11 and 23, one step each: Load demo's message, status and probes land together while
+    """The page's old rough edges, one step each: Load demo's message, status and probes land together while
     Compare waits and says so; Enter compares; a double click runs an action once; a hint is a warning,
     a refusal an error, and a failed action clears what it consumed and leaves no stale result or
     overlay; the chat says who asked, shows a Remember as a stored note, has no share or clear button
@@ -563,7 +563,7 @@ def test_the_page_holds_what_it_shows_and_the_rough_edges_are_gone(chromium_path
 
 
 def test_the_demo_household_reaches_its_members_only(chromium_path, tmp_path, text_encoder, face_encoder, newcomer):
-    """Issue 26 on the page. Load demo; Compare the Wi-Fi password as Ana (prefilled in A) and a stranger (B):
+    """Households on the page. Load demo; Compare the Wi-Fi password as Ana (prefilled in A) and a stranger (B):
     Ana reads the household's note, marked as Home's and written by Ana, the stranger nothing; then the surprise
     party as Ana and Chloe: Ana reads it (written by Ben), Chloe does not, though the Wi-Fi password still reaches
     her. In Enrol, Dana (an ordinary person the operator added to Home: the demo's sample people are read-only

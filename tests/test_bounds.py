@@ -1,4 +1,4 @@
-"""Bounded memories and prompts, and text that cannot lie about itself (issue 24).
+"""Bounded memories and prompts, and text that cannot lie about itself.
 
 Before: a 100 KB memory was stored, shown in full on every panel and sent whole into every later
 prompt (21,217 word pieces for that one note); a note holding U+202E (right-to-left override)

@@ -1,4 +1,4 @@
-"""Bursts over REST JSON and through the Python client (issue 27): a probe field may hold a list of frames of one
+"""Bursts over REST JSON and through the Python client: a probe field may hold a list of frames of one
 person, fused into one probe by the engine (biomem.identity.bursts), and the client sends a Burst as a repeated
 multipart file field or, beside an admin's precomputed embedding, as a JSON list.
 

@@ -1,4 +1,4 @@
-"""Enrolment is a gated attempt (issue 24): it must not answer "is this face enrolled?" or "does this
+"""Enrolment is a gated attempt: it must not answer "is this face enrolled?" or "does this
 name exist?" more often, or more precisely, than a probe may.
 
 Before: a taken label answered "Name taken" when the face matched nobody and "Already enrolled" when it

@@ -1,4 +1,4 @@
-"""The gate's candidate path decides as the exact scan does (issue 28).
+"""The gate's candidate path decides as the exact scan does.
 
 The proof: 100,000 probes (random people and strangers, and probes aimed just above and below τ of one person,
 at the near-miss band, at τ + δ where the candidate path hands over to the scan, and blends of two people that

@@ -1,4 +1,4 @@
-"""Attempt limits that tell strangers from attackers (issue 27, docs/gate.md): a kiosk's strangers never lock its
+"""Attempt limits that tell strangers from attackers (docs/gate.md): a kiosk's strangers never lock its
 owners out; a near-miss climb towards one person is throttled per client and makes that person's matches need the
 step-up τ, nobody else's; bulk guessing is bounded by a budget from the store's false-match risk; all of it lives in
 the store. Every clock is injected: no test sleeps."""

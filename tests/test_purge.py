@@ -1,4 +1,4 @@
-"""Deletion erases derived copies (issue 27): what a note's evolution wrote into its neighbours (their context, tags,
+"""Deletion erases derived copies: what a note's evolution wrote into its neighbours (their context, tags,
 history events and vectors) goes when the note is deleted or rewritten, and the neighbours' other evolution stays."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The gate's candidate path (issue 28): an hnswlib index over one modality's templates, kept in step with
+"""The gate's candidate path: an hnswlib index over one modality's templates, kept in step with
 enrolment, and the exact score of every template of each identity it returns.
 
 The exact scan (biomem.identity.gate.Gate.scores) reads every template: at 100,000 people × 5 captures × 512-d
