@@ -138,45 +138,61 @@ class MemoryAgent:
         note then holding text derived from it, wrote (into that note's tags and its neighbours), and so on down
         the chain. Returns the notes whose evolution was undone, in the order they were added."""
         events, sources = self.store.derivations(owner_id, note_id)
-        causes, derived = [note_id], {note_id}  # notes whose evolution is undone; notes holding derived text
+        causes, derived = {note_id: None}, {note_id}  # notes whose evolution is undone; notes holding derived text
         for _, note, event, cause in events:
-            if event == "add" and note != note_id and derived & set(sources.get(note, ())):
-                causes.append(note)  # its prompt showed derived text: all its evolution wrote derives from it
+            if event == "add" and note != note_id and derived.intersection(sources.get(note, ())):
+                causes[note] = None  # its prompt showed derived text: all its evolution wrote derives from it
             elif event == "evolve" and cause in causes:
                 derived.add(note)
             elif event == "update":
                 derived.discard(note)  # re-analysed from its content alone
-        for cause in causes:  # the note itself is about to be deleted or re-analysed: nothing to restore in it
-            self.undo_evolution(owner_id, cause, besides=note_id)
-        return causes
+        self.undo_evolution(owner_id, list(causes), besides=note_id)  # the note itself is about to go or change
+        return list(causes)
 
-    def undo_evolution(self, owner_id: int, note_id: int, besides: int | None = None) -> list[int]:
-        """Take back what note `note_id`'s evolution wrote into its neighbours (before it is deleted or rewritten),
-        so that no derived copy of its words outlives it; returns the neighbours restored.
+    def undo_evolution(self, owner_id: int, causes: Sequence[int], besides: int | None = None) -> list[int]:
+        """Take back what the evolution of the notes `causes` wrote (into their neighbours, and into their own tags),
+        as if each were taken back in turn, oldest first; returns the notes restored, each embedded and written
+        once. `besides` (a note about to be deleted or re-analysed) is left as it is.
 
-        A neighbour goes back to its context and tags before that evolve event, and its history loses the evolve
-        (and unevolve) events from that one on: each was written from a text that held the note's words. A later
-        update of the neighbour (re-analysed from its content alone) ends that span: its fields then stay, only
-        that update's before goes. Earlier evolutions survive; the neighbour is embedded again and one "unevolve"
-        event, without a before, records what it holds now. The note `besides` (the one about to be deleted or
-        re-analysed, which may have strengthened its own tags) is left as it is."""
-        spans = []
-        for neighbour, since in self.store.evolved_by(owner_id, note_id).items():
-            if neighbour == besides:
+        A note goes back to its context and tags before the first evolve event a cause wrote on it, and its history
+        loses the evolve (and unevolve) events from that one on: each was written from a text that held the
+        cause's words. A later update of the note (re-analysed from its content alone) ends that span: its fields
+        then stay, only that update's before goes, and a cause's evolve event after the update starts another.
+        Earlier evolutions survive; the note is embedded again and one "unevolve" event per span, without a
+        before, records what it holds now."""
+        sinces: dict[int, list[int]] = {}
+        for cause in causes:
+            for note_id, since in self.store.evolved_by(owner_id, cause).items():
+                if note_id != besides:
+                    sinces.setdefault(note_id, []).append(since)
+        restored: list[tuple[Note, list[tuple[int, int | None]]]] = []
+        for note_id, rows in sinces.items():
+            try:
+                events, note = self.store.history(owner_id, note_id), self.store.get_note(owner_id, note_id)
+            except NoteNotFoundError:  # deleted meanwhile: nothing of it to restore
                 continue
-            events = self.store.history(owner_id, neighbour)
-            until = next((e["id"] for e in events if e["id"] > since and e["event"] == "update"), None)
-            note = self.store.get_note(owner_id, neighbour)
+            spans: list[tuple[int, int | None]] = []
+            for since in sorted(rows):
+                if spans and (spans[-1][1] is None or since < spans[-1][1]):
+                    continue  # inside a span already taken back
+                spans.append((since, next((e["id"] for e in events if e["id"] > since and e["event"] == "update"),
+                                          None)))
+            since, until = spans[-1]
             if until is None:
                 before = next(e["before"] for e in events if e["id"] == since)
                 note.context, note.tags = before["context"], before["tags"]
-            spans.append((note, since, until))
-        if not spans:
+            restored.append((note, spans))
+        if not restored:
             return []
-        for (note, since, until), vector in zip(spans, self.embed([n for n, _, _ in spans])):
-            _, generation = self.store.unevolve(owner_id, note.id, since, until, note.context, note.tags, vector)
+        for (note, spans), vector in zip(restored, self.embed([note for note, _ in restored])):
+            try:
+                for since, until in spans:
+                    _, generation = self.store.unevolve(owner_id, note.id, since, until, note.context, note.tags,
+                                                        vector)
+            except NoteNotFoundError:
+                continue
             self.partitions.updated(owner_id, note.id, vector, generation)
-        return [note.id for note, _, _ in spans]
+        return [note.id for note, _ in restored]
 
     def rewrite(self, owner_id: int, note_id: int, content: str, *, actor: int | None = None) -> Note:
         """Replace an owned note's content: analysed and embedded again, history kept (made by `actor`); what its
