@@ -21,7 +21,7 @@ from biomem import (
     StoreCorruptError,
     UnknownIdentityError,
 )
-from biomem.errors import TooManyAttemptsError
+from biomem.errors import ModelUnavailableError, TooManyAttemptsError
 from biomem.identity.samples import group_photo_path
 from biomem.notes.llm import NO_MEMORY_ANSWER, NOT_MENTIONED, Evolution, OfflineLLM
 from biomem.stores.pg.schema import SCHEMA_VERSION as PG_VERSION
@@ -776,3 +776,14 @@ def test_an_older_store_is_upgraded_to_groups_keeping_every_row(family, database
         again.identify(capture(ALICE, 5), client=["address:203.0.113.9"])
     assert again.identify(capture(ALICE, 5)).identity == alice.id
     again.close()
+
+
+def test_a_store_opened_for_an_engine_that_fails_to_load_is_closed_again(tmp_path, text_encoder):
+    """A missing text model (or any later failure while loading) leaves no open store behind: the file is closed,
+    its write-ahead log checkpointed and gone, and the next open works."""
+    db = tmp_path / "fails.db"
+    with pytest.raises(ModelUnavailableError):
+        BioMemory(db, text_model=str(tmp_path / "no-such-model"))
+    assert db.exists() and not db.with_name("fails.db-wal").exists()
+    with BioMemory(db, text_model=text_encoder) as mem:
+        assert mem.store.note_total() == 0

@@ -135,34 +135,38 @@ class BioMemory(Households, Biometrics):
         self.fusion = fusion
         self.path = path if is_postgres(path) else sqlite_path(path)
         self.store: MemoryStore = open_store(self.path, key=key, settings=settings)
-        self.disclosure = self._check_disclosure(disclosure or settings.disclosure, force_disclosure)
-        self.limiter = AttemptLimiter(AttemptLimits.parse(limits) if isinstance(limits, str)
-                                      else limits if limits is not None else settings.attempts, self.store)
-        self.text = (text_model if isinstance(text_model, TextEncoder)
-                     else TextEncoder(text_model or settings.text_model, onnx_cache=default_onnx_cache(settings)))
-        self._check_text_model()
-        self._encoders = EncoderCache()
-        if isinstance(encoder, modalities.Encoder):
-            self._encoders.encoders[encoder.name] = encoder
-            encoder = encoder.name
-        stored_encoder = self.store.get_meta("default_modality")
-        self.modality = encoder or stored_encoder or settings.encoder or DEFAULT_ENCODER
-        if stored_encoder is None and (self.modality in self._encoders.encoders
-                                       or modalities.known(self.modality)):
-            # A misspelt --encoder must not become the store's encoder for good; an unregistered
-            # name (precomputed probes in the evaluation) is used for this session only.
-            self.store.set_meta("default_modality", self.modality)
-        self.policy = policy
-        self.target_fpir = settings.target_fpir
-        self.k = check_k(k)
-        self.prompt_tokens = check_budget(settings.prompt_tokens if prompt_tokens is None else prompt_tokens)
-        self.gate = Gate(self.store)
-        self.partitions = self.store.search_index(self.text.dim, hnsw_threshold=hnsw_threshold)
-        self.llm = make_llm(llm, self.text, settings)
-        self.agent = MemoryAgent(self.store, self.partitions, self.text, self.llm)
-        self._enrolling = threading.Lock()  # check-then-insert of enrolments is one step
-        self.reserved = Reserved(sample_people_captures)  # encoded at a requester's first enrolment, not here
-        self.sessions = Sessions()  # open requester sessions (see session())
+        try:  # a store this opened is closed again when loading the rest fails (its SQLite WAL checkpointed)
+            self.disclosure = self._check_disclosure(disclosure or settings.disclosure, force_disclosure)
+            self.limiter = AttemptLimiter(AttemptLimits.parse(limits) if isinstance(limits, str)
+                                          else limits if limits is not None else settings.attempts, self.store)
+            self.text = (text_model if isinstance(text_model, TextEncoder)
+                         else TextEncoder(text_model or settings.text_model, onnx_cache=default_onnx_cache(settings)))
+            self._check_text_model()
+            self._encoders = EncoderCache()
+            if isinstance(encoder, modalities.Encoder):
+                self._encoders.encoders[encoder.name] = encoder
+                encoder = encoder.name
+            stored_encoder = self.store.get_meta("default_modality")
+            self.modality = encoder or stored_encoder or settings.encoder or DEFAULT_ENCODER
+            if stored_encoder is None and (self.modality in self._encoders.encoders
+                                           or modalities.known(self.modality)):
+                # A misspelt --encoder must not become the store's encoder for good; an unregistered
+                # name (precomputed probes in the evaluation) is used for this session only.
+                self.store.set_meta("default_modality", self.modality)
+            self.policy = policy
+            self.target_fpir = settings.target_fpir
+            self.k = check_k(k)
+            self.prompt_tokens = check_budget(settings.prompt_tokens if prompt_tokens is None else prompt_tokens)
+            self.gate = Gate(self.store)
+            self.partitions = self.store.search_index(self.text.dim, hnsw_threshold=hnsw_threshold)
+            self.llm = make_llm(llm, self.text, settings)
+            self.agent = MemoryAgent(self.store, self.partitions, self.text, self.llm)
+            self._enrolling = threading.Lock()  # check-then-insert of enrolments is one step
+            self.reserved = Reserved(sample_people_captures)  # encoded at a requester's first enrolment, not here
+            self.sessions = Sessions()  # open requester sessions (see session())
+        except BaseException:
+            self.store.close()
+            raise
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **overrides: Any) -> BioMemory:
