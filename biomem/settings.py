@@ -243,9 +243,10 @@ class Settings:
         _disclosure,
         argument="`disclosure=`")
     attempts: AttemptLimits | None = _setting(
-        ("BIOMEM_ATTEMPTS",), "attempt limits per client: `MISSES/WINDOW[/COOLDOWN]` seconds (the pace of any "
-        "misses), or `off`; the daily budget and the near-miss rules are in the Gate page",
-        "`20/60/60`, cool-down doubling; budget 5,000 / enrolled people a day; 5 near-misses per 10 min",
+        ("BIOMEM_ATTEMPTS",), "attempt limits per client address: `MISSES/WINDOW[/COOLDOWN]` seconds (the pace of "
+        "any misses, past which only the step-up τ admits for COOLDOWN), or `off`; the daily budget and the "
+        "near-miss rules are in the Gate page",
+        "`20/60/60`; budget 5,000 / enrolled people a day; 5 near-misses per 10 min",
         (ENGINE, APP),
         lambda env: _parsed(env, "BIOMEM_ATTEMPTS", AttemptLimits.parse, AttemptLimits()), argument="`limits=`")
     target_fpir: float = _setting(

@@ -19,10 +19,12 @@ KEY_ROLES = (AGENT, ADMIN)  # the roles an API key can hold (biomem.engine.keys)
 @dataclass(frozen=True)
 class AttemptLimits:
     """Attempt limits per client (biomem.identity.limits). Defaults, against NIST SP 800-63B's biometric rules in
-    docs/gate.md: any miss counts towards 20 per minute (a bot's pace, never a queue of people) and towards a daily
-    budget of floor(risk / (N_enrolled × fmr)) = 5,000 / N misses (`budget_for`); a near-miss (as far below τ
-    of someone as the step-up τ is above it) counts 5 per 10 minutes per client and per targeted identity, whose
-    matches then need the step-up τ for `guard` seconds. A cool-down is 60 s, doubling up to a day."""
+    docs/gate.md: any miss counts towards a pace of 20 per minute (past it, for `cooldown` seconds, only a probe at
+    the step-up τ is admitted: a kiosk's crowd never locks its owners out) and towards a daily budget of
+    floor(risk / (N_enrolled × fmr)) = 5,000 / N misses (`budget_for`), past which the client is refused until its
+    oldest miss ages out; a near-miss (as far below τ of someone as the step-up τ is above it) counts 5 per 10
+    minutes per client, then a cool-down of 60 s doubling up to a day, and per targeted identity, whose matches then
+    need the step-up τ for `guard` seconds."""
 
     misses: int = 20
     window: float = 60.0
@@ -35,7 +37,7 @@ class AttemptLimits:
     near: float = 1.0  # the near-miss band below τ, in units of (step-up τ − τ): 0.07 for face-arcface-s
     near_misses: int = 5
     near_window: float = 600.0
-    guard: float = 3_600.0  # how long a targeted identity's matches need the step-up τ (doubling, at most a day)
+    guard: float = 3_600.0  # how long a targeted identity's matches need the step-up τ (re-armed, never lengthened)
 
     @classmethod
     def parse(cls, text: str) -> AttemptLimits | None:

@@ -29,6 +29,7 @@ from biomem.errors import InvalidInputError
 from biomem.settings import Settings
 from biomem.ui import Controller, uploads
 from biomem.ui.messages import friendly
+from biomem.vocabulary import AttemptLimits
 from tests.test_access import call_event
 from tests.test_app import QUESTION, cached_images, served_app, upload
 
@@ -60,8 +61,8 @@ def ask(client: Client, probe: str) -> dict:
     return client.predict(QUESTION, handle_file(probe), "face-arcface-s", api_name="/ask")
 
 
-def test_a_stranger_is_refused_after_the_miss_limit_even_with_a_new_session(demo_store, tmp_path):
-    mem = demo_store(limits="3/600/60")
+def test_a_stranger_is_refused_once_the_daily_budget_is_spent_even_with_a_new_session(demo_store, tmp_path):
+    mem = demo_store(limits=AttemptLimits(misses=3, window=600.0, cooldown=60.0, budget=3))
     stranger = png(tmp_path, demo_capture(6, 3), "stranger")
     with served_app(mem, tmp_path / "cache") as served:
         client = Client(served.url, verbose=False)
@@ -75,6 +76,7 @@ def test_a_stranger_is_refused_after_the_miss_limit_even_with_a_new_session(demo
             with pytest.raises(AppError) as caught:
                 ask(client, stranger)
             assert caught.value.title == "Too many attempts" and "Try again in about" in caught.value.message
+            assert "about 1440 minutes" in caught.value.message  # until the first miss ages out, a day on
             with pytest.raises(AppError, match="Try again"):  # a fresh session from the same address
                 ask(Client(served.url, verbose=False), stranger)
         finally:

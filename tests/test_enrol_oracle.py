@@ -49,10 +49,11 @@ TRIES = 100
 
 @pytest.fixture
 def limited(make_memory, newcomer_probe, clock):
-    """Ana enrolled; the default attempt limits (20 misses a minute, the pace limit) on a clock that stands still."""
+    """Ana enrolled; the default attempt limits with a daily budget of 20 misses (the floor of a large store) on a
+    clock that stands still."""
     mem = make_memory()
     ana = mem.enroll(ANA_LABEL, [newcomer_probe(ANA, 0), newcomer_probe(ANA, 1)])
-    mem.limiter = AttemptLimiter(AttemptLimits(), mem.store, clock=clock)
+    mem.limiter = AttemptLimiter(AttemptLimits(budget=AttemptLimits().misses), mem.store, clock=clock)
     return mem, ana
 
 
@@ -73,7 +74,7 @@ def admitted(attempt) -> int:
 @BOTH_STORES
 def test_enrolment_tries_are_throttled_within_the_budget_of_probes(limited, newcomer_probe):
     mem, ana = limited
-    budget = AttemptLimits().misses
+    budget = mem.limiter.limits.budget
     before = mem.store.counts()
     probes = admitted(lambda: mem.identify(newcomer_probe(CARA, 0), client="prober"))
     names = admitted(lambda: mem.enroll(ANA_LABEL.upper(), [newcomer_probe(CARA, 0)], client="name-guesser"))
@@ -84,8 +85,9 @@ def test_enrolment_tries_are_throttled_within_the_budget_of_probes(limited, newc
     assert faces == budget // FACE_TAKEN_MISSES == 4  # someone else's face costs five misses
     assert mixed == budget  # two people in one enrolment: a free 1:1 comparator, limited as well
     assert mem.store.counts() == before and [i.label for i in mem.identities()] == [ANA_LABEL]
-    with pytest.raises(TooManyAttemptsError):  # a client in cool-down is refused before any encoding
-        mem.enroll("Fresh Name", [np.full((200, 200, 3), 127, np.uint8)], client="face-tester")
+    with pytest.raises(TooManyAttemptsError) as refused:  # a client whose budget is spent is refused before any
+        mem.enroll("Fresh Name", [np.full((200, 200, 3), 127, np.uint8)], client="face-tester")  # encoding
+    assert refused.value.retry_after == pytest.approx(mem.limiter.limits.budget_window)  # until its misses age out
     assert mem.identify(newcomer_probe(ANA, 2), client="ana-phone").identity == ana.id  # others are unaffected
     assert mem.enroll("Cara", [newcomer_probe(CARA, 0)], client="cara-phone").label == "Cara"
 
@@ -151,7 +153,9 @@ def test_rest_replies_for_a_taken_name_and_an_enrolled_face_are_byte_identical_f
 
 def test_rest_enrolment_tries_end_in_429(api, newcomer):
     statuses = [api.enrol("Someone New", newcomer(ANA, 2)).status_code for _ in range(6)]
-    assert statuses == [409] * (AttemptLimits().misses // FACE_TAKEN_MISSES) + [429] * 2
+    assert statuses == [409] * (api.mem.limiter.limits.budget // FACE_TAKEN_MISSES) + [429] * 2  # the budget spent
+    refused = api.enrol("Someone New", newcomer(ANA, 2))
+    assert int(refused.headers["retry-after"]) == pytest.approx(api.mem.limiter.limits.budget_window, abs=1)
 
 
 def upload(cache: Path, image: np.ndarray, name: str) -> str:

@@ -557,40 +557,51 @@ def test_rekey_reseals_every_template_and_identification_keeps_working(
 
 @pytest.fixture
 def limited(pair, clock):
-    """The pair's store with 3 misses per 60 s, then 10 s of cool-down, on a fake clock."""
+    """The pair's store with a pace of 3 misses per 60 s (then 10 s at the step-up τ) and a daily budget of 3
+    misses, on a fake clock."""
     mem, ana, ben = pair
-    mem.limiter = AttemptLimiter(AttemptLimits(misses=3, window=60.0, cooldown=10.0), mem.store, clock=clock)
+    mem.limiter = AttemptLimiter(AttemptLimits(misses=3, window=60.0, cooldown=10.0, budget=3), mem.store,
+                                 clock=clock)
     return mem, ana, clock
 
 
-def test_misses_beyond_the_limit_are_refused_with_a_retry_time_that_doubles(limited, face_probe, caplog):
+def test_misses_past_the_daily_budget_are_refused_until_the_oldest_ages_out(limited, face_probe, caplog):
     mem, ana, clock = limited
+    day = mem.limiter.limits.budget_window
     stranger, client = face_probe(CARA, 0), ("session-1", "203.0.113.9")
     blank = np.full((200, 200, 3), 127, dtype=np.uint8)  # would be NoFaceError if it were encoded
     caplog.set_level(logging.DEBUG)
-    for cooldown in (10.0, 20.0, 40.0):
-        for _ in range(3):
-            assert mem.identify(stranger, client=client).identity is None
-        with pytest.raises(TooManyAttemptsError) as refused:
-            mem.search("locker", probe=blank, client=client)  # refused before any encoder runs
-        assert refused.value.retry_after == pytest.approx(cooldown)
-        assert "try again" in str(refused.value).lower()
-        with pytest.raises(TooManyAttemptsError):  # even the owner's face, from that client
-            mem.search("locker", probe=face_probe(ANA, 2), client=client)
-        clock.now += cooldown - 1
-        with pytest.raises(TooManyAttemptsError) as still:
-            mem.identify(stranger, client=client)
-        assert still.value.retry_after == pytest.approx(1.0)
+    for _ in range(3):  # the budget, one miss a second
+        clock.now += 1
+        assert mem.identify(stranger, client=client).identity is None
+    first = clock.now - 2
+    with pytest.raises(TooManyAttemptsError) as refused:
+        mem.search("locker", probe=blank, client=client)  # refused before any encoder runs
+    assert refused.value.retry_after == pytest.approx(first + day - clock.now)  # until the first miss ages out
+    assert "try again" in str(refused.value).lower()
+    with pytest.raises(TooManyAttemptsError):  # even the owner's face, from that client
+        mem.search("locker", probe=face_probe(ANA, 2), client=client)
+    clock.now = first + day - 1
+    with pytest.raises(TooManyAttemptsError) as still:
+        mem.identify(stranger, client=client)
+    assert still.value.retry_after == pytest.approx(1.0)
+    for n in (1, 2):  # each miss that ages out makes room for exactly one more, and the wait never doubles
         clock.now += 1.01
+        assert mem.identify(stranger, client=client).identity is None
+        with pytest.raises(TooManyAttemptsError) as again:
+            mem.identify(stranger, client=client)
+        assert again.value.retry_after == pytest.approx(first + n + day - clock.now)  # until the next one ages out
+        assert again.value.retry_after < 1
+    clock.now += 1.01
     assert mem.identify(face_probe(ANA, 2), client=client).identity == ana.id
     logged = caplog.text
     assert "203.0.113.9" not in logged and "session-1" not in logged and ANA_LABEL not in logged
 
 
-def test_limits_are_per_client_and_a_match_resets_no_count(limited, face_probe):
+def test_limits_are_per_address_and_a_match_resets_no_count(limited, face_probe):
     mem, ana, clock = limited
     stranger = face_probe(CARA, 0)
-    mem.identify(stranger, client="attacker")
+    mem.identify(stranger, client="attacker")  # a client without an address is counted by its key
     mem.identify(stranger, client="attacker")
     for i in range(5):  # plenty of other clients' matches and misses in between
         assert mem.identify(face_probe(ANA, 2), client="ana-phone").identity == ana.id
@@ -601,18 +612,25 @@ def test_limits_are_per_client_and_a_match_resets_no_count(limited, face_probe):
     with pytest.raises(TooManyAttemptsError):
         mem.identify(face_probe(ANA, 2), client="attacker")
     assert mem.identify(face_probe(ANA, 2), client="ana-phone").identity == ana.id
-    # A session is refused on its address too: a new session from the same address gets nowhere.
+    # A client with an address is counted by the address alone: a new session or key there gets nowhere ...
     for _ in range(3):
-        mem.identify(stranger, client=("s1", "198.51.100.7"))
-    with pytest.raises(TooManyAttemptsError):
-        mem.identify(stranger, client=("s2", "198.51.100.7"))
-    assert mem.identify(stranger, client=("s3", "192.0.2.1")).identity is None
-    clock.now += 61  # misses older than the window stop counting
+        mem.identify(stranger, client=("session:s1", "key:7", "address:198.51.100.7"))
+    for other in (("session:s2", "address:198.51.100.7"), ("key:8", "address:198.51.100.7")):
+        with pytest.raises(TooManyAttemptsError):
+            mem.identify(stranger, client=other)
+    # ... while the same session or key at another address is not refused.
+    assert mem.identify(stranger, client=("session:s1", "key:7", "address:192.0.2.1")).identity is None
+    assert mem.identify(face_probe(ANA, 2), client=("key:7", "address:192.0.2.2")).identity == ana.id
+    clock.now += mem.limiter.limits.budget_window + 1  # misses older than the budget's window stop counting
     mem.identify(stranger, client="slow")
-    clock.now += 61
+    mem.identify(stranger, client="slow")
+    clock.now += mem.limiter.limits.budget_window + 1
     mem.identify(stranger, client="slow")
     mem.identify(stranger, client="slow")
     assert mem.identify(face_probe(ANA, 2), client="slow").identity == ana.id
+    with pytest.raises(TooManyAttemptsError):  # the address counted above is free again too, and counts afresh
+        for _ in range(4):
+            mem.identify(stranger, client=("session:s2", "address:198.51.100.7"))
 
 
 # ---- 7. disclosure ----------------------------------------------------------------------------

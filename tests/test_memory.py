@@ -584,10 +584,12 @@ def stored_clients(mem: BioMemory, backend: str) -> list[str]:
 @BOTH_STORES
 def test_attempt_limits_are_shared_by_every_engine_on_the_store_and_outlive_a_restart(
         family, database, backend, capture, text_encoder, face_encoder, clock):
-    """Two engines on one store stand for two replicas: misses counted by one cool the client down
-    in the other, the cool-down doubles and survives a reopen, and only keyed digests are stored."""
+    """Two engines on one store stand for two replicas: misses counted by one refuse the client's address in the
+    other once its daily budget is spent, until the oldest miss ages out (no doubling), and the refusal survives a
+    reopen; only keyed digests are stored."""
     _, alice, _ = family
-    limits = AttemptLimits(misses=2, window=60.0, cooldown=30.0)
+    limits = AttemptLimits(misses=2, window=60.0, cooldown=30.0, budget=2)
+    day = limits.budget_window
 
     def engine() -> BioMemory:
         mem = BioMemory(database(), text_model=text_encoder, encoder=face_encoder, limits=limits)
@@ -595,22 +597,30 @@ def test_attempt_limits_are_shared_by_every_engine_on_the_store_and_outlive_a_re
         return mem
     here, there = engine(), engine()
     client, elsewhere = ["session:attempt-test-session", "address:203.0.113.9"], ["address:198.51.100.1"]
-    for cooldown in (30.0, 60.0):
-        for _ in range(2):
-            assert here.identify(capture(STRANGER, 3), client=client).identity is None
-        with pytest.raises(TooManyAttemptsError) as refused:  # even Alice's face, from that client
-            there.search("PIN", probe=capture(ALICE, 5), client=client)
-        assert refused.value.retry_after == pytest.approx(cooldown)
-        assert there.search("PIN", probe=capture(ALICE, 5), client=elsewhere).gate.identity == alice.id
-        clock.now += cooldown + 1
+    first = clock.now + 1
     for _ in range(2):
-        here.identify(capture(STRANGER, 4), client=client)
+        clock.now += 1
+        assert here.identify(capture(STRANGER, 3), client=client).identity is None
+    with pytest.raises(TooManyAttemptsError) as refused:  # even Alice's face, from that client
+        there.search("PIN", probe=capture(ALICE, 5), client=client)
+    assert refused.value.retry_after == pytest.approx(first + day - clock.now)
+    assert there.search("PIN", probe=capture(ALICE, 5), client=elsewhere).gate.identity == alice.id
+    moved = ["session:attempt-test-session", "address:198.51.100.2"]  # the same session at another address
+    assert there.search("PIN", probe=capture(ALICE, 5), client=moved).gate.identity == alice.id
+    clock.now = first + day + 0.5  # the first miss aged out: room for one more, then refused again ...
+    assert there.identify(capture(STRANGER, 4), client=client).identity is None
+    third = clock.now
+    with pytest.raises(TooManyAttemptsError) as refused:
+        here.identify(capture(ALICE, 5), client=client)
+    assert refused.value.retry_after == pytest.approx(first + 1 + day - clock.now)  # ... until the second does
+    clock.now += refused.value.retry_after + 1
+    here.identify(capture(STRANGER, 4), client=client)
     here.close()
     there.close()
-    again = engine()  # a restart: the address alone is still cooling down, for 2 x 60 s now
+    again = engine()  # a restart: the address alone is still refused, until the third miss ages out: never doubled
     with pytest.raises(TooManyAttemptsError) as refused:
         again.identify(capture(ALICE, 5), client=["address:203.0.113.9"])
-    assert refused.value.retry_after == pytest.approx(120.0)
+    assert refused.value.retry_after == pytest.approx(third + day - clock.now) and refused.value.retry_after < day
     clients = stored_clients(again, backend)
     assert clients and all(re.fullmatch(r"[0-9a-f]{32}", c) for c in clients)
     again.close()
@@ -749,7 +759,8 @@ def test_an_older_store_is_upgraded_to_groups_keeping_every_row(family, database
     before = old_rows(backend, location)
     assert len(before["notes"]) == notes and len(before["links"]) == 1 and len(before["history"]) == 5
 
-    again = BioMemory(location, text_model=text_encoder, encoder=face_encoder, limits="1/60/30")
+    again = BioMemory(location, text_model=text_encoder, encoder=face_encoder,
+                   limits=AttemptLimits(misses=1, window=60.0, cooldown=30.0, budget=1))
     assert again.store.get_meta("schema_version") == str(SQLITE_VERSION if backend == "sqlite" else PG_VERSION)
     assert old_rows(backend, location) == before
     assert (again.store.note_total(), len(again.identities())) == (notes, identities)

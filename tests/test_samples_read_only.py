@@ -25,6 +25,7 @@ from biomem.identity.samples import STRANGER_PALM_SEED, demo_palm
 from biomem.server import create_app, served
 from biomem.server.errors import status_of
 from biomem.settings import Settings
+from biomem.vocabulary import AttemptLimits
 
 from .conftest import BOTH_STORES
 
@@ -165,12 +166,13 @@ def test_a_requester_cannot_enrol_a_sample_face_enrolled_or_not(make_memory, yao
 
 
 def test_a_refused_sample_enrolment_is_a_miss_of_the_requester(make_memory):
-    mem = make_memory(limits="2/60")
+    mem = make_memory(limits=AttemptLimits(misses=2, window=60.0, budget=2))
     for _ in range(2):
         with pytest.raises(SampleCaptureError):
             mem.enroll("Me", [sample_capture(mem, "Stranger")], client="visitor")
-    with pytest.raises(TooManyAttemptsError):
+    with pytest.raises(TooManyAttemptsError) as refused:  # two misses spend the budget: refused for a day
         mem.enroll("Me", [sample_capture(mem, "Stranger")], client="visitor")
+    assert refused.value.retry_after == pytest.approx(mem.limiter.limits.budget_window, abs=60)
 
 
 def test_a_requester_cannot_take_a_sample_palm_as_their_own(make_memory, yao_faces):

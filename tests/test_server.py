@@ -41,6 +41,7 @@ from biomem.server.auth import loopback
 from biomem.server.errors import MAX_MESSAGE
 from biomem.server.probes import MAX_BODY
 from biomem.settings import Settings
+from biomem.vocabulary import AttemptLimits
 from modalities.palmsynth import palm_capture
 
 from .conftest import create_database, drop_database
@@ -552,26 +553,33 @@ def test_an_llm_or_encoder_failure_is_502_or_503_and_a_fault_500_without_interna
 
 # ---- attempt limits, keyless stores, the CLI ------------------------------------------------------------
 
-def test_attempt_limits_count_per_key_and_address_and_answer_429(tmp_path, text_encoder, face_encoder, faces):
-    mem = BioMemory(tmp_path / "l.db", text_model=text_encoder, encoder=face_encoder, limits="2/600/60")
+def test_attempt_limits_count_per_address_not_per_key_and_answer_429(tmp_path, text_encoder, face_encoder, faces):
+    limits = AttemptLimits(misses=2, window=600.0, cooldown=60.0, budget=2)
+    mem = BioMemory(tmp_path / "l.db", text_model=text_encoder, encoder=face_encoder, limits=limits)
     mem.enroll("Ana", [demo_capture(ANA, 0), demo_capture(ANA, 1)], sample=True)
     one, _ = create_key(mem.store, "one")
     two, _ = create_key(mem.store, "two")
     seen: list[list[str]] = []
     miss = mem.limiter.miss
+    # another address on the loopback network: the same key from a second device
+    second = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=60)
     with mock.patch.object(mem.limiter, "miss", side_effect=lambda c: (seen.append(list(c)), miss(c))), \
-            served(create_app(mem, ui=False, mcp=False)) as url:
+            served(create_app(mem, ui=False, mcp=False)) as url, second:
         stranger = {"probe": ("s.png", faces.fresh[STRANGER], "image/png")}
-        for _ in range(2):
+        ana = {"probe": ("a.png", faces.fresh[ANA], "image/png")}
+        for _ in range(2):  # the daily budget of two misses, spent at 127.0.0.1
             assert httpx.post(f"{url}/v1/search", headers={"Authorization": f"Bearer {one}"}, data={"query": "x"},
                               files=stranger).status_code == 200
         refused = httpx.post(f"{url}/v1/ask", headers={"Authorization": f"Bearer {one}"},
-                             data={"question": "x"}, files={"probe": ("a.png", faces.fresh[ANA], "image/png")})
+                             data={"question": "x"}, files=ana)
         error_of(refused, 429, "TooManyAttemptsError")
-        assert 1 <= int(refused.headers["retry-after"]) <= 60
+        assert limits.budget_window - 60 <= int(refused.headers["retry-after"]) <= limits.budget_window  # a day
         other_key = httpx.post(f"{url}/v1/search", headers={"Authorization": f"Bearer {two}"},
                                data={"query": "x"}, files=stranger)  # same address: refused as well
         error_of(other_key, 429, "TooManyAttemptsError")
+        elsewhere = second.post(f"{url}/v1/search", headers={"Authorization": f"Bearer {one}"},
+                                data={"query": "x"}, files=ana)  # the same key at another address: served
+        assert elsewhere.status_code == 200 and elsewhere.json()["gate"]["matched"] is True
     assert seen[0] == ["key:1", "address:127.0.0.1"]
     mem.close()
 

@@ -146,14 +146,17 @@ def test_a_session_token_works_only_for_the_caller_it_was_bound_to(family, face_
 
 
 def test_opening_sessions_counts_misses_against_the_attempt_limits(family, face_probe):
-    mem, _, _ = family
-    mem.limiter.limits = AttemptLimits(misses=3)
+    mem, alice, _ = family
+    mem.limiter.limits = AttemptLimits(misses=3, budget=3)
     client = ["key:9", "address:203.0.113.5"]
     for _ in range(3):
         with pytest.raises(UnknownIdentityError):
             mem.session(face_probe(STRANGER, 1), client=client)
-    with pytest.raises(TooManyAttemptsError):
+    with pytest.raises(TooManyAttemptsError) as refused:  # the address's daily budget is spent
         mem.session(face_probe(ALICE, 3), client=client)
+    assert refused.value.retry_after == pytest.approx(mem.limiter.limits.budget_window, abs=60)
+    with mem.session(face_probe(ALICE, 3), client=["key:9", "address:203.0.113.6"]) as mine:  # the key elsewhere
+        assert mine.identity == alice.id
 
 
 def test_keys_are_stored_as_digests_and_revoked_at_once(tmp_path):

@@ -162,26 +162,29 @@ class Biometrics:
 
         A probe of several modalities (a list, or {modality: sample}) is fused (`fusion`).
         client: the requester's keys (session, address) for attempt limits: a client in
-        cool-down is refused before any encoder runs, a non-match counts as a miss (and a near-miss
+        cool-down is refused before any encoder runs (one past its pace is admitted only at the step-up τ),
+        a non-match counts as a miss (and a near-miss
         towards whoever it came close to), and an identity targeted by near-misses matches only at
         the step-up τ for a while (biomem.identity.limits). An ambiguous
         probe (`GateResult.ambiguous`: two enrolled people within δ) admits nobody and counts as a miss
         too, so look-alike probes are no free oracle.
         """
         policy = policy or self.policy
-        self.limiter.check(client)
+        strict = self.limiter.check(client)  # past its pace: only the step-up τ admits
         probes = self.probes(probe)
         step_up = functools.partial(self.threshold, step_up=True)
         if len(probes) == 1:
             name = probes[0].modality
             tau = self.threshold(name)
             reads = self._reads(name, tau, client)
-            result = self.limiter.protect(self.gate.decide(probes[0], tau, policy, self.margin(name), reads), step_up)
+            result = self.limiter.protect(self.gate.decide(probes[0], tau, policy, self.margin(name), reads), step_up,
+                                          strict)
             if not result.matched and reads is not None and result.floor > reads:  # a match protect took back
-                result = self.limiter.protect(self.gate.decide(probes[0], tau, policy, self.margin(name)), step_up)
+                result = self.limiter.protect(self.gate.decide(probes[0], tau, policy, self.margin(name)), step_up,
+                                              strict)
         else:  # fusion reads every identity's margin in every modality: the exact scan
             parts = [self.gate.decide(p, self.threshold(p.modality), "all", self.margin(p.modality)) for p in probes]
-            result = self.limiter.protect(fuse(parts, fusion or self.fusion, policy), step_up)
+            result = self.limiter.protect(fuse(parts, fusion or self.fusion, policy), step_up, strict)
         result.labels = {i: self.store.identity(i).label for i in result.admitted}
         if not result.matched:
             self.limiter.miss(client)
