@@ -1,4 +1,4 @@
-"""The gate as identities grow: the exact scan against the candidate path.
+"""The gate as identities grow: the exact scan, the int8 screen and the candidate path, beside the bare scan.
 
     HF_HUB_OFFLINE=1 python benchmarks/gate.py                       # the ladder below, ~1-2 h on 2 shared cores
     HF_HUB_OFFLINE=1 python benchmarks/gate.py --ladder 10000:5:512 --probes 500 --skip-crossover   # minutes
@@ -9,25 +9,28 @@ SyntheticFaces: people spread with a common direction and a low-rank part, captu
 person) and probes them through `Gate.decide` (biomem.identity.gate), interleaved in rotating order:
 
 - "exact": no floor, the scan of every template (what fusion, enrolment checks and the demo disclosure use);
-- "candidates": with a floor, what `identify` passes: the candidate path admits a strong match (the best
-  identity τ + STRONG, 0.30, or more) and leaves everything else, every refusal among it, to the scan. The floor's value
-  (τ without attempt limits, τ − 0.0709 with them) does not change the path: a refusal is always the scan's.
+- "identify": with a floor (τ), what `identify` passes: the candidate path admits a strong match (the best
+  identity τ + STRONG, 0.30, or more) and leaves everything else, every refusal among it, to the int8 screen
+  (biomem.identity.screen), which decides as the exact scan; also timed alone, back to back over 200 probes of
+  each kind, where the int8 copy stays in cache (the interleaved loop reads 100 MB or more between two calls);
+- "before": what `identify` took before the screen: the candidate path, else the float32 scan;
+- "blas": the bare BLAS product (`matrix @ probe`, gemv) over every template, the floor of a float32 scan;
 - "graph": the candidate index's two hnswlib queries alone (the K and K_REST nearest templates, both asked with
   the probe): the floor of any decision the candidate path makes;
-- "product": the scan's product alone (`cosines`, one pass over the template matrix): the floor of any decision
-  that reads every template, which an exact refusal must (a candidate index proves nothing about the templates
-  it did not return, biomem.identity.candidates); the matrix's size over it is the memory bandwidth it gets.
+- "product": the scan's product alone (`cosines`, np.vecdot, one pass over the template matrix), which an exact
+  refusal reads in float32 without the screen (a candidate index proves nothing about the templates it did not
+  return, biomem.identity.candidates); the matrix's size over it is the memory bandwidth it gets.
 
 Probes: half genuine (a fresh capture of an enrolled person), half strangers (a capture of someone not
 enrolled); their scores are printed beside face-arcface-s's on the offline sample faces (calibrate_samples,
 ~25 s; --skip-calibration to leave it out). τ 0.4291, δ 0.18: face-arcface-s's calibrated values. Every decision
-of the candidate path is compared with the exact scan's of the same probe (admitted set, identity, ambiguous
+of "identify" and "before" is compared with the exact scan's of the same probe (admitted set, identity, ambiguous
 flag, and every identity at or above the result's floor with its exact score, bit for bit): mismatches must be 0.
 Per rung also: the index build (one thread, the gate's BUILD_THREADS, and the hnswlib index size), an
 incremental update after one enrolment and one forgetting, and the template matrix's size.
 
---crossover (on by default; --skip-crossover) times the exact scan and the candidate path on genuine probes over
-1,000..40,000 templates × 128 and 512 dimensions: where the candidate path starts to win, CANDIDATE_CELLS.
+--crossover (on by default; --skip-crossover) times the exact scan, the screen and the candidate path on genuine
+probes over 1,000..40,000 templates × 128 and 512 dimensions.
 --restart times an SQLite store's templates() (every sealed template opened) at the 10000:5:512 enrolment, the
 part of a restart the index build comes after.
 
@@ -61,7 +64,7 @@ DELTA = DEFAULT_MARGINS["face-arcface-s"]
 BAND = 0.50 - TAU  # near 1.0 × (step-up τ 0.50 − τ)
 MODALITY = "face-synthetic"
 DEFAULT_LADDER = "10000:1:128,10000:1:512,10000:5:512,100000:1:512,100000:5:512"
-PATHS = {"exact": None, "candidates": TAU}
+PATHS = {"exact": None, "identify": TAU, "before": TAU}
 
 
 def say(message: str) -> None:
@@ -82,6 +85,15 @@ def differs(found: GateResult, exact: GateResult) -> bool:
                                                  exact.best_scores[above].tolist()))
 
 
+def decide(gate: Gate, templates: Any, probe: Probe, name: str) -> GateResult:
+    """One decision by `name`: "exact" (no floor), "identify" (Gate.decide with the floor τ), "before" (the path
+    identify took before the screen: the candidate index for a strong match, else the float32 scan)."""
+    if name != "before":
+        return gate.decide(probe, TAU, "best", DELTA, PATHS[name])
+    found = gate._candidates(probe, templates, TAU, "best", DELTA)
+    return found or gate._result(probe, templates.owners, templates.best(probe.embedding), TAU, "best", DELTA)
+
+
 def score_percentiles(scores: np.ndarray) -> list[float]:
     return [round(float(x), 3) for x in np.percentile(scores, [1, 5, 25, 50, 75, 95, 99])]
 
@@ -94,45 +106,57 @@ def rung(people: int, captures: int, dim: int, probes: int, seed: int) -> dict[s
     gate = Gate(store, background=False)
     templates = gate._templates(MODALITY)
     say(f"building the index over {len(ids):,} templates")
+    old = Gate(store, background=False)  # the path before the screen, over the same snapshot and its index
+    old._cache[MODALITY] = templates
     started = time.perf_counter()
-    index = gate.candidates.get(MODALITY, templates)
+    index = old.candidates.get(MODALITY, templates)
     build = time.perf_counter() - started
-    assert index is not None, "the rung is below CANDIDATE_CELLS"
+    assert index is not None
     rng = np.random.default_rng(seed + 1)
     half = probes // 2
     kinds = {"genuine": faces.captures(centres[rng.integers(0, people, half)]),
              "stranger": faces.captures(faces.centres(probes - half))}
     # the scan's product alone: one pass over every template, what no refusal avoids; and the index's two hnswlib
     # queries alone (K and K_REST nearest, both asked with the probe here), what no candidate decision avoids
-    order = [*PATHS, "product", "graph"]
+    order = [*PATHS, "product", "blas", "graph"]
     times: dict[str, dict[str, list[float]]] = {k: {p: [] for p in order} for k in kinds}
     mismatches = {p: 0 for p in PATHS if p != "exact"}
     scores = {k: [] for k in kinds}
-    served = {k: {p: 0 for p in PATHS if p != "exact"} for k in kinds}
+    served = {k: {"screen": 0, "candidates": 0} for k in kinds}  # identify's by the screen, before's by the index
     for kind, batch in kinds.items():
         for i, vector in enumerate(batch):
             probe = Probe(vector, MODALITY)
             if i < 20:  # warm-up, untimed
-                for floor in PATHS.values():
-                    gate.decide(probe, TAU, "best", DELTA, floor)
+                for name in PATHS:
+                    decide(old if name == "before" else gate, templates, probe, name)
             decided: dict[str, GateResult] = {}
-            for name in order[i % 4:] + order[:i % 4]:
-                before = gate.paths["candidates"]
+            turn = i % len(order)
+            for name in order[turn:] + order[:turn]:
+                before = gate.paths["screen"], old.paths["candidates"]
                 started = time.perf_counter()
                 if name == "product":
                     cosines(templates.matrix, vector)
+                elif name == "blas":
+                    templates.matrix @ vector
                 elif name == "graph":
                     index._hnsw.knn_query(vector, k=candidates.K, num_threads=1)
                     index._hnsw.knn_query(vector, k=candidates.K_REST, num_threads=1)
                 else:
-                    decided[name] = gate.decide(probe, TAU, "best", DELTA, PATHS[name])
+                    decided[name] = decide(old if name == "before" else gate, templates, probe, name)
                 times[kind][name].append(time.perf_counter() - started)
-                if name == "candidates":
-                    served[kind][name] += gate.paths["candidates"] - before
+                served[kind]["screen"] += gate.paths["screen"] - before[0]
+                served[kind]["candidates"] += old.paths["candidates"] - before[1]
             exact = decided["exact"]
             scores[kind].append(float(exact.best_scores.max()))
             for name in mismatches:
                 mismatches[name] += differs(decided[name], exact)
+    back: dict[str, list[float]] = {kind: [] for kind in kinds}  # identify's path alone, its int8 copy in cache
+    for kind, batch in kinds.items():
+        for vector in batch[:200]:
+            probe = Probe(vector, MODALITY)
+            started = time.perf_counter()
+            gate.decide(probe, TAU, "best", DELTA, TAU)
+            back[kind].append(time.perf_counter() - started)
     say("incremental updates")
     store.enrol(people + 1, faces.captures(np.repeat(faces.centres(1), captures, axis=0)))
     started = time.perf_counter()
@@ -151,7 +175,8 @@ def rung(people: int, captures: int, dim: int, probes: int, seed: int) -> dict[s
         "best_score_percentiles": {k: score_percentiles(np.array(v)) for k, v in scores.items()},
         "mismatches": mismatches, "served_by_candidates": served,
         "latency_ms": {k: {p: {"p50": ms(v, 50), "p95": ms(v, 95)} for p, v in t.items()} for k, t in times.items()},
-        "paths": dict(gate.paths),
+        "identify_back_to_back_p50_ms": {k: ms(v[20:], 50) for k, v in back.items()},
+        "paths": {"identify": dict(gate.paths), "before": dict(old.paths)},
     }
     say(f"rung done: build {build:.1f} s, mismatches {mismatches}")
     return row
@@ -170,21 +195,23 @@ def crossover(seed: int, probes: int) -> list[dict[str, Any]]:
             gate._cache[MODALITY] = templates
             gate.candidates._indexes[MODALITY] = index
             batch = faces.captures(centres[np.random.default_rng(seed).integers(0, n, probes)])
-            exact, cand = [], []
+            spent: dict[str, list[float]] = {"exact": [], "screen": [], "candidates": []}
             for i, vector in enumerate(batch):
                 probe = Probe(vector, MODALITY)
-                for name in (("exact", "cand") if i % 2 else ("cand", "exact")):
+                turn = i % len(spent)
+                for name in [*spent][turn:] + [*spent][:turn]:
                     started = time.perf_counter()
                     if name == "exact":
                         gate.decide(probe, TAU, "best", DELTA)
-                        exact.append(time.perf_counter() - started)
+                    elif name == "screen":
+                        gate._screened(probe, templates, TAU, "best", DELTA, TAU)
                     else:
                         gate._candidates(probe, templates, TAU, "best", DELTA)
-                        cand.append(time.perf_counter() - started)
-            rows.append({"templates": n, "dim": dim, "cells": n * dim, "exact_p50_ms": ms(exact[10:], 50),
-                         "candidates_p50_ms": ms(cand[10:], 50)})
-            say(f"crossover {n:,} x {dim}: exact {rows[-1]['exact_p50_ms']} ms, "
-                f"candidates {rows[-1]['candidates_p50_ms']} ms")
+                    spent[name].append(time.perf_counter() - started)
+            rows.append({"templates": n, "dim": dim, "cells": n * dim,
+                         **{f"{name}_p50_ms": ms(v[10:], 50) for name, v in spent.items()}})
+            say(f"crossover {n:,} x {dim}: exact {rows[-1]['exact_p50_ms']} ms, screen {rows[-1]['screen_p50_ms']} "
+                f"ms, candidates {rows[-1]['candidates_p50_ms']} ms")
     return rows
 
 
@@ -234,21 +261,24 @@ def synthetic_scores(seed: int) -> dict[str, Any]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| people × captures × dim | probes | exact p50 / p95 | candidates p50 / p95 | exact / candidates p50 | "
-             "product p50 (matrix) | graph queries p50 | served by candidates | mismatches | build (1 thread) | "
-             "index |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| people × captures × dim | probes | exact scan p50 / p95 | "
+             "identify's path (index, else screen) p50 / p95, back to back | "
+             "before (index, else scan) p50 / p95 | bare scan: BLAS / vecdot p50 (matrix) | "
+             "graph queries p50 | by the screen / by the index before | mismatches (identify, before) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         for kind in ("genuine", "stranger"):
-            lat = r["latency_ms"][kind]
-            served = r["served_by_candidates"][kind]["candidates"] / (r["probes"] // 2)
+            lat, half = r["latency_ms"][kind], r["probes"] // 2
+            served = r["served_by_candidates"][kind]
             lines.append(
-                f"| {r['people']:,} × {r['captures']} × {r['dim']}, {kind} | {r['probes'] // 2:,} | "
+                f"| {r['people']:,} × {r['captures']} × {r['dim']}, {kind} | {half:,} | "
                 f"{lat['exact']['p50']} / {lat['exact']['p95']} ms | "
-                f"{lat['candidates']['p50']} / {lat['candidates']['p95']} ms | "
-                f"{lat['exact']['p50'] / lat['candidates']['p50']:.1f}x | "
-                f"{lat['product']['p50']} ms ({r['matrix_mb']} MB) | {lat['graph']['p50']} ms | "
-                f"{served:.0%} | {sum(r['mismatches'].values())} | {r['build_s']} s | {r['index_mb']} MB |")
+                f"{lat['identify']['p50']} / {lat['identify']['p95']} ms, "
+                f"{r['identify_back_to_back_p50_ms'][kind]} ms | "
+                f"{lat['before']['p50']} / {lat['before']['p95']} ms | "
+                f"{lat['blas']['p50']} / {lat['product']['p50']} ms ({r['matrix_mb']} MB) | {lat['graph']['p50']} ms | "
+                f"{served['screen'] / half:.0%} / {served['candidates'] / half:.0%} | "
+                f"{r['mismatches']['identify']}, {r['mismatches']['before']} |")
     return "\n".join(lines)
 
 
@@ -282,9 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     results["wall_s"] = round(time.time() - started)
     print(table(results["rungs"]))
     if "crossover" in results:
-        print("\n| templates × dim | exact p50 | candidates p50 |\n|---|---|---|")
+        print("\n| templates × dim | exact p50 | screen p50 | candidates p50 |\n|---|---|---|---|")
         for r in results["crossover"]:
-            print(f"| {r['templates']:,} × {r['dim']} | {r['exact_p50_ms']} ms | {r['candidates_p50_ms']} ms |")
+            print(f"| {r['templates']:,} × {r['dim']} | {r['exact_p50_ms']} ms | {r['screen_p50_ms']} ms | "
+                  f"{r['candidates_p50_ms']} ms |")
     print(f"\nscores: {json.dumps(results['scores'])}")
     print(f"wall time {results['wall_s']} s; JSON: {args.out}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""The gate's candidate path decides as the exact scan does.
+"""The gate's candidate path and its int8 screen decide as the exact scan does.
 
 The proof: 100,000 probes (random people and strangers, and probes aimed just above and below τ of one person,
 at the near-miss band, at τ + δ where the candidate path hands over to the scan, and blends of two people that
@@ -8,8 +8,9 @@ the exact scan's, and every identity scoring at or above its result's floor is l
 score, bit for bit. The exact scan's decision for all 100,000 comes from a float32 matrix product screened with
 a margin (scores more than 1e-3 below every threshold cannot change a comparison) and every score near or above
 a threshold recomputed with the scan's own product. Each probe asks the candidate path (`Gate._candidates`, what
-`Gate.decide` runs first); a probe it declines goes to the exact scan, and every 50th probe goes through the whole
-of `Gate.decide`, with a floor and without (its exact scan against the reference).
+`Gate.decide` runs first) and the screen (`Gate._screened`, what decides a probe the candidate path declines),
+and every 50th probe goes through the whole of `Gate.decide`, with a floor and
+without (its exact scan against the reference).
 A quick run (3,500 probes, 5,000 people × 2 captures) is in the default selection; the 100,000 are marked slow.
 
 Then the index's life cycle on a store that changes: a newly enrolled person is found on the next decision, a
@@ -127,7 +128,7 @@ def mismatch(found: GateResult, ids: np.ndarray, best: np.ndarray, exact: np.nda
 @pytest.mark.parametrize("people, captures, n", [
     pytest.param(5_000, 2, 3_500, id="5000x2-3.5k"),
     pytest.param(10_000, 5, 100_000, id="10000x5-100k", marks=[pytest.mark.slow, pytest.mark.timeout(3600)])])
-def test_the_candidate_path_decides_as_the_exact_scan(people: int, captures: int, n: int) -> None:
+def test_the_candidate_path_and_the_screen_decide_as_the_exact_scan(people: int, captures: int, n: int) -> None:
     faces, enrolment, gate = enrolled(people, captures)
     templates = gate._templates(MODALITY)
     gate.paths.clear()
@@ -144,12 +145,15 @@ def test_the_candidate_path_decides_as_the_exact_scan(people: int, captures: int
                     scan = gate.decide(probe, TAU, policy, DELTA)
                     assert np.array_equal(scan.identity_ids, exact[j][0])
                     assert mismatch(scan, *exact[j], policy) is None
-                else:  # what decide runs first; a None hands the probe to that same exact scan
+                else:  # what decide runs first; a None hands the probe to the screen
                     found = gate._candidates(probe, templates, TAU, policy, DELTA)
                     declined += found is None
                 problem = found is not None and mismatch(found, *exact[j], policy)
                 if problem:
                     failures.append(f"{kind} #{start + j} {policy} floor {floor:.4f}: {problem}")
+                problem = mismatch(gate._screened(probe, templates, TAU, policy, DELTA, floor), *exact[j], policy)
+                if problem:
+                    failures.append(f"{kind} #{start + j} {policy} floor {floor:.4f}, screened: {problem}")
                 checked += 1
     print(f"\n{checked} probes, {declined} left to the scan, {dict(gate.paths)}")
     assert checked == n
@@ -175,7 +179,7 @@ def test_a_newly_enrolled_person_is_found_on_the_next_decision(small, faces: Syn
     centre = faces.centres(1)
     probe = Probe(faces.captures(centre)[0], MODALITY)
     assert gate.decide(probe, TAU, "best", DELTA, floor=TAU).identity is None
-    assert gate.paths == {"scan: no strong match": 1}  # a stranger's probe is scanned
+    assert gate.paths == {"scan: no strong match": 1, "screen": 1}  # a stranger's probe is screened
     store.enrol(5_000, faces.captures(np.repeat(centre, 3, axis=0)))
     found = gate.decide(probe, TAU, "best", DELTA, floor=TAU)
     assert found.identity == 5_000 and gate.paths["candidates"] == 1
@@ -212,7 +216,7 @@ def test_a_stale_index_is_never_read(small, faces: SyntheticFaces) -> None:
         assert gate.decide(probe, TAU, "best", DELTA, floor=TAU).identity == 6_000
         forgotten = Probe(SyntheticFaces(seed=11).captures(store.centres[11:12])[0], MODALITY)
         assert gate.decide(forgotten, TAU, "best", DELTA, floor=TAU).identity is None
-        assert gate.paths == {"scan: index not ready": 2}
+        assert gate.paths == {"scan: index not ready": 2, "screen": 2}
     finally:
         if blocked:
             gate.candidates._refreshing.release()

@@ -20,7 +20,8 @@ So "the k-th neighbour scores below the floor" is no completeness certificate fo
 (`Gate._candidates`) lets the candidate path only admit, and only a strong match (the best identity τ + δ and
 τ + STRONG or more): it is near enrolled templates, where the graph is dense, and a runner-up at τ or more is
 either near it too or, for a blend of two people, near the probe's part orthogonal to its best template, which
-the gate searches as well. Every refusal (nobody, a weak match, an ambiguous probe) is the exact scan's.
+the gate searches as well. Every refusal (nobody, a weak match, an ambiguous probe) is the exact scan's, read
+through the int8 screen (biomem.identity.screen), which proves what it sets aside.
 tests/test_gate_candidates.py checks 100,000 probes of both kinds, and those aimed at the edges, against the scan.
 
 The index is built lazily per modality, off the request path (`CandidateIndexes`, a background thread: the exact
@@ -39,16 +40,21 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 
 import hnswlib
 import numpy as np
 
+from .screen import Screen
+
 log = logging.getLogger(__name__)
 
-# From how many template cells (templates × dimension) of one modality the gate takes the candidate path.
+# From how many template cells (templates × dimension) of one modality the gate takes the candidate path, and
+# decides what it declines through the int8 screen (biomem.identity.screen) rather than the float32 scan.
 # benchmarks/gate.py's crossover (docs/speed.md, 2 shared cores, genuine probes, M 32): the exact scan of
 # 4,000 × 512 took 0.59 ms against 1.14 ms for the candidate path, 8,000 × 512 1.69 against 1.65, 16,000 × 512
-# 3.28 against 2.12; they cross near 8,000 × 512 = 4,096,000 cells, where the switch is. Below it, no index.
+# 3.28 against 2.12; they cross near 8,000 × 512 = 4,096,000 cells, where the switch is. Below it, no index, and
+# a decision lists every identity's score, as the scan does.
 CANDIDATE_CELLS = 4_096_000
 # The candidate path decides only a probe whose best identity clears τ by δ and by STRONG (a cosine gap), one
 # near an enrolled template, where the graph is dense. With 0.18 (face-arcface-s's δ) the proof test's 100,000
@@ -115,6 +121,24 @@ class Templates:
         if not self.rows:
             return np.zeros(0, dtype=np.float32)
         return np.maximum.reduceat(cosines(self.matrix, probe), self.starts[:-1])
+
+    @cached_property
+    def screen(self) -> Screen:
+        """The int8 screen of the matrix, made on first use (0.14 s for 50,000 × 512)."""
+        return Screen.build(self.matrix)
+
+    def above(self, probe: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+        """(groups, their exact best cosine) of every group scoring `level` or more with the probe, and no other:
+        the screen's rows scored exactly (a group's best row reaches `level`, so the screen keeps it)."""
+        rows = self.screen.rows(probe, level)
+        sims = cosines(self.matrix[rows], probe)
+        reached = sims >= level
+        rows, sims = rows[reached], sims[reached]
+        if not len(rows):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        groups = self.groups_of(rows)
+        firsts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])  # rows ascend, so groups do
+        return groups[firsts], np.maximum.reduceat(sims, firsts)
 
     def groups_of(self, rows: np.ndarray) -> np.ndarray:
         """The group of each row."""

@@ -9,11 +9,12 @@ The ambiguity rule (policy "best"): when the best identity clears τ but another
 also clears τ or comes within the margin δ of the best, the gate cannot tell who is asking and admits
 nobody (`GateResult.ambiguous`): a look-alike relative or a morph of two enrolled people is nobody's.
 
-Two ways to the same decision (`Gate.decide`): the exact scan of every template, and from CANDIDATE_CELLS
+Three ways to the same decision (`Gate.decide`): the exact scan of every template, and from CANDIDATE_CELLS
 template cells on, the candidate path (biomem.identity.candidates): an hnswlib index's nearest templates, every
 template of their identities scored exactly, and the decision made on those scores, taken only for a strong
 match, where nothing below τ can change it or what the caller reads (see `Gate._candidates`); otherwise the
-exact scan.
+same scan read through an int8 copy with a certified bound (biomem.identity.screen: only the rows that may
+reach the level are scored in float32).
 """
 
 from __future__ import annotations
@@ -208,23 +209,33 @@ class Gate:
         floor: the lowest score the caller reads of a result that admits nobody (the attempt limiter's
         near-miss band, τ when it reads nothing), or None when it reads every identity's score of any result
         (the exact scan: fusion, the demo disclosure). With a floor, a store of CANDIDATE_CELLS template cells
-        or more may be decided by the candidate path (`_candidates`): it admits as the exact scan does and its
-        result is complete from τ up (`GateResult.floor`); a result that admits nobody is always the scan's,
-        complete below any floor. A caller that un-admits a candidate result (the attempt limiter's guard) and
-        then reads below τ decides again without a floor (Biometrics.identify).
+        or more is decided by the candidate path (`_candidates`) when it can: it admits as the exact scan does
+        and its result is complete from τ up (`GateResult.floor`); else through the int8 screen (`_screened`):
+        the exact scan's decision, its result complete from the floor (or lower) up. A caller that un-admits a
+        candidate result (the attempt limiter's guard) and then reads below τ decides again without a floor
+        (Biometrics.identify).
         """
         templates = self._snapshot(probe)
-        if floor is not None:
-            if templates.rows * templates.dim >= CANDIDATE_CELLS:
-                found = self._candidates(probe, templates, threshold, policy, margin)
-                if found is not None:
-                    return found
-            else:
-                self.candidates.drop(probe.modality)
-                self.paths["scan: small"] += 1
-        else:
+        if floor is None:
             self.paths["scan: every score"] += 1
+        elif templates.rows * templates.dim < CANDIDATE_CELLS:
+            self.candidates.drop(probe.modality)
+            self.paths["scan: small"] += 1
+        else:
+            found = self._candidates(probe, templates, threshold, policy, margin)
+            return found or self._screened(probe, templates, threshold, policy, margin, floor)
         return self._result(probe, templates.owners, templates.best(probe.embedding), threshold, policy, margin)
+
+    def _screened(self, probe: Probe, templates: Templates, threshold: float, policy: str, margin: float,
+                  floor: float) -> GateResult:
+        """The exact scan's decision, read through the int8 screen (biomem.identity.screen): every identity
+        scoring at or above the level, with its exact score, and no other. The level is the floor, or lower when
+        the rule reads lower: a runner-up within δ of a best at τ (τ − δ, policy "best"), or τ itself, so the
+        decision is the scan's and the result is complete from the level up (`GateResult.floor`)."""
+        level = min(floor, threshold - (margin if policy == "best" else 0.0))
+        groups, best = templates.above(probe.embedding, level)
+        self.paths["screen"] += 1
+        return self._result(probe, templates.owners[groups], best, threshold, policy, margin, floor=level)
 
     @staticmethod
     def _result(probe: Probe, ids: np.ndarray, best: np.ndarray, threshold: float, policy: str, margin: float,
@@ -246,7 +257,7 @@ class Gate:
         into the probe is near that part); every template of each identity they name is scored exactly and
         the decision is made on those scores. When it admits, the result lists every identity it found, all
         at or above τ among them (floor τ). A probe that matches nobody, only weakly, or ambiguously is left to
-        the exact scan, so every refusal, and every score a refusal's reader reads, is the scan's.
+        the screen, so every refusal, and every score a refusal's reader reads, is the exact scan's.
         """
         index = self.candidates.get(probe.modality, templates)
         if index is None:
