@@ -43,6 +43,14 @@ def aimed(mem: BioMemory, towards: Probe, away: Probe, identity: int, score: flo
     return Probe(high * towards.embedding + (1 - high) * away.embedding, towards.modality)
 
 
+def climb_towards(mem: BioMemory, face_probe, ana: int) -> tuple[Probe, list[Probe]]:
+    """A stranger's capture, and one near-miss probe per step of a climb from it towards Ana (the near-miss count
+    that guards her), each a little closer, all below τ."""
+    start, tau = face_probe(STRANGERS[0], 0), mem.threshold()
+    return start, [aimed(mem, face_probe(ANA, 2), start, ana, tau - 0.04 + 0.005 * k)
+                   for k in range(mem.limiter.limits.near_misses)]
+
+
 def test_a_flood_of_strangers_at_a_kiosk_never_locks_its_owners_out(kiosk, face_probe, clock):
     mem, ana, ben = kiosk
     client = ("session:kiosk", "address:203.0.113.9")
@@ -66,8 +74,7 @@ def test_a_near_miss_climb_towards_ana_is_throttled_and_guards_ana_not_ben(kiosk
     limits = mem.limiter.limits
     tau, strict = mem.threshold(), mem.threshold(step_up=True)
     attacker, kiosk_client = ("address:198.51.100.7",), ("address:203.0.113.9",)
-    start = face_probe(STRANGERS[0], 0)
-    climb = [aimed(mem, face_probe(ANA, 2), start, ana, tau - 0.04 + 0.005 * k) for k in range(limits.near_misses)]
+    start, climb = climb_towards(mem, face_probe, ana)
     for probe in climb:  # close below τ, towards Ana: near-misses
         clock.now += 5
         assert mem.identify(probe, client=attacker).identity is None
@@ -163,8 +170,7 @@ def test_one_client_cannot_stretch_a_guard_and_the_victims_retries_do_not_lock_t
     limits = mem.limiter.limits
     tau, strict = mem.threshold(), mem.threshold(step_up=True)
     attacker = "address:198.51.100.7"
-    start = face_probe(STRANGERS[0], 0)
-    climb = [aimed(mem, face_probe(ANA, 2), start, ana, tau - 0.04 + 0.005 * k) for k in range(limits.near_misses)]
+    start, climb = climb_towards(mem, face_probe, ana)
     for _ in range(6):  # six batches of near-misses towards Ana, each after the attacker's own cool-down
         for probe in climb:
             clock.now += 5

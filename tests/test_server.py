@@ -644,12 +644,13 @@ def _start(db: str, port: int, log) -> subprocess.Popen:
                              "--port", str(port), "--no-ui", "--no-mcp"], env=env, stdout=log, stderr=log)
 
 
-def _wait(url: str, process: subprocess.Popen, timeout: float = 180) -> None:
+def _wait(url: str, process: subprocess.Popen, timeout: float = 180, path: str = "/v1/health") -> None:
+    """Until `path` answers 200 (the server is up); fails if the process exits or the time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert process.poll() is None, "the server exited"
         try:
-            if httpx.get(f"{url}/v1/health", timeout=2).status_code == 200:
+            if httpx.get(f"{url}{path}", timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             pass
@@ -692,15 +693,7 @@ def test_the_demo_page_stopped_by_sigterm_closes_its_store(tmp_path):
         app = subprocess.Popen([sys.executable, str(Path(__file__).parents[1] / "app.py")], env=env,
                                stdout=log, stderr=log)
         try:
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                assert app.poll() is None, (tmp_path / "app.log").read_text()
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.2)
+            _wait(f"http://127.0.0.1:{port}", app, path="/")
             assert db.with_name("page.db-wal").exists()  # the store is open
             app.send_signal(signal.SIGTERM)
             assert app.wait(60) == 0, (tmp_path / "app.log").read_text()

@@ -223,7 +223,9 @@ class Gate:
             self.paths["scan: small"] += 1
         else:
             found = self._candidates(probe, templates, threshold, policy, margin)
-            return found or self._screened(probe, templates, threshold, policy, margin, floor)
+            if found is not None:
+                return found
+            return self._screened(probe, templates, threshold, policy, margin, floor)
         return self._result(probe, templates.owners, templates.best(probe.embedding), threshold, policy, margin)
 
     def _screened(self, probe: Probe, templates: Templates, threshold: float, policy: str, margin: float,

@@ -288,7 +288,8 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
         return Identity(group_id, label, False, "group")
 
     def add_member(self, group_id: int, identity_id: int) -> bool:
-        """Make a person a member of a group; False when they already were."""
+        """Make a person a member of a group, hidden from the notes already kept from someone
+        (biomem.stores.groups); False when they already were a member."""
         with self.transaction():
             self.group(group_id)
             self.person(identity_id)
