@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import shlex
@@ -32,8 +31,8 @@ def _memory(args: argparse.Namespace):  # noqa: ANN202 - BioMemory, imported laz
     """The BioMemory of the settings, with --db, --encoder, --llm and --policy over them."""
     from .engine.memory import BioMemory
 
-    return BioMemory.from_settings(dataclasses.replace(args.settings, db=args.db, encoder=args.encoder,
-                                                       llm=args.llm, policy=args.policy))
+    return BioMemory.from_settings(args.settings.model_copy(update={
+        "db": args.db, "encoder": args.encoder, "llm": args.llm, "policy": args.policy}))
 
 
 def _store_exists(db: str) -> bool:
@@ -49,9 +48,37 @@ def _print_json(data: Any) -> None:
 
 def cmd_enroll(args: argparse.Namespace) -> None:
     with _memory(args) as mem:
-        identity = mem.enroll(args.label, args.images, modality=args.modality)
-        print(f"enrolled {identity.label!r} as identity {identity.id} "
-              f"({len(args.images)} sample(s), {args.modality or mem.modality})")
+        samples: dict[str, list[str]] = {args.modality or mem.modality: list(args.images)}
+        for modality, path in _also(args):
+            samples.setdefault(modality, []).append(path)
+        identity = mem.enroll(args.label, samples)
+        print(f"enrolled {identity.label!r} as identity {identity.id} ("
+              + ", ".join(f"{len(paths)} sample(s) of {name}" for name, paths in samples.items()) + ")")
+
+
+def _also(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The --also MODALITY=IMAGE pairs: captures of another kind than the first (a palm beside the face)."""
+    pairs = []
+    for given in args.also:
+        modality, _, path = given.partition("=")
+        if not modality or not path:
+            raise InvalidInputError(f"--also takes MODALITY=IMAGE (a palm beside the face), got {given!r}")
+        pairs.append((modality, path))
+    return pairs
+
+
+def _probe(args: argparse.Namespace, modality: str) -> Any:
+    """The requester's probe: --probe alone, or {modality: image} with the --also images of other kinds (a
+    look-alike relative's face and palm)."""
+    pairs = _also(args)
+    if not pairs or args.probe is None:
+        return args.probe
+    probe = {modality: args.probe}
+    for name, path in pairs:
+        if name in probe:
+            raise InvalidInputError(f"one image per kind of probe: {name} is given twice")
+        probe[name] = path
+    return probe
 
 
 def _json_argument(text: str) -> Any:
@@ -64,7 +91,7 @@ def _json_argument(text: str) -> Any:
 
 def cmd_add(args: argparse.Namespace) -> None:
     with _memory(args) as mem:
-        note = mem.add(args.text, identity=args.identity, probe=args.probe, timestamp=args.timestamp,
+        note = mem.add(args.text, identity=args.identity, probe=_probe(args, mem.modality), timestamp=args.timestamp,
                        scope=args.scope, hidden_from=args.hidden_from,
                        metadata=_json_argument(args.metadata) if args.metadata else None)
         _print_json(note.as_dict())
@@ -72,7 +99,7 @@ def cmd_add(args: argparse.Namespace) -> None:
 
 def cmd_search(args: argparse.Namespace) -> None:
     with _memory(args) as mem:
-        _print_json(mem.search(args.query, probe=args.probe, k=args.k, threshold=args.threshold,
+        _print_json(mem.search(args.query, probe=_probe(args, mem.modality), k=args.k, threshold=args.threshold,
                                filters=_json_argument(args.filters) if args.filters else None).as_dict())
 
 
@@ -100,7 +127,7 @@ def cmd_group(args: argparse.Namespace) -> None:
 
 def cmd_ask(args: argparse.Namespace) -> None:
     with _memory(args) as mem:
-        answer = mem.ask(args.question, probe=args.probe, k=args.k)
+        answer = mem.ask(args.question, probe=_probe(args, mem.modality), k=args.k)
         view = answer.as_dict()
         if view["gate"]["matched"]:
             print(f"[gate: {view['gate']['label']}; {len(answer.notes)} note(s) in, "
@@ -112,7 +139,7 @@ def cmd_ask(args: argparse.Namespace) -> None:
 
 def cmd_forget(args: argparse.Namespace) -> None:
     with _memory(args) as mem:
-        erased = mem.forget(probe=args.probe, identity=args.identity)
+        erased = mem.forget(probe=_probe(args, mem.modality), identity=args.identity)
         print(f"forgot identity {erased}: notes, links, history, templates and index entries")
 
 
@@ -205,8 +232,8 @@ def _serve(args: argparse.Namespace) -> None:
     from .server.auth import loopback
     from .stores import open_store
 
-    settings = dataclasses.replace(args.settings, db=args.db, encoder=args.encoder, llm=args.llm,
-                                   policy=args.policy, host=args.host, port=args.port)
+    settings = args.settings.model_copy(update={"db": args.db, "encoder": args.encoder, "llm": args.llm,
+                                                "policy": args.policy, "host": args.host, "port": args.port})
     store = open_store(settings.db, settings=settings)  # no model loaded for this check
     try:
         keyed = any_keys(store)
@@ -276,12 +303,20 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     return parser
 
 
+def also(parser: argparse.ArgumentParser, why: str = "the probe of a look-alike relative, whose face alone the "
+         "gate cannot tell apart") -> None:
+    """The repeatable --also MODALITY=IMAGE option: a capture of another kind beside the first."""
+    parser.add_argument("--also", action="append", default=[], metavar="MODALITY=IMAGE",
+                        help=f"a capture of another kind, repeatable (palm-compcode=palm.png): {why}")
+
+
 def _add_memory_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """enroll, add, search, ask and forget: a person and their memories."""
     p = sub.add_parser("enroll", help="create an identity from one or more images")
     p.add_argument("label")
     p.add_argument("images", nargs="+")
     p.add_argument("--modality", default=None)
+    also(p, "how the operator enrols a look-alike relative whom the face alone cannot tell apart from someone")
     p.set_defaults(func=cmd_enroll)
 
     p = sub.add_parser("add", help="remember a text for an identity or for whoever the probe matches")
@@ -293,6 +328,7 @@ def _add_memory_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--scope", type=int, default=None, help="a household of the writer's to write into")
     p.add_argument("--hidden-from", type=int, nargs="+", default=[], help="member ids who never read it")
     p.add_argument("--metadata", default=None, help='a JSON object, e.g. \'{"room": "kitchen"}\'')
+    also(p)
     p.set_defaults(func=cmd_add)
 
     for name, func, help_text in (("search", cmd_search, "gated retrieval, as JSON"),
@@ -305,6 +341,7 @@ def _add_memory_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
             p.add_argument("--filters", default=None,
                            help='JSON, e.g. \'{"metadata.room": "kitchen"}\' (docs/agents.md)')
             p.add_argument("--threshold", type=float, default=None, help="minimum cosine similarity of a hit")
+        also(p)
         p.set_defaults(func=func)
 
     _add_group_commands(sub)
@@ -313,6 +350,7 @@ def _add_memory_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--probe", help="image of the person to erase (step-up match)")
     who.add_argument("--identity", type=int, help="identity id (operator)")
+    also(p)
     p.set_defaults(func=cmd_forget)
 
 

@@ -192,19 +192,22 @@ def _probe_files(field: str, probe: Any) -> list[tuple[str, tuple[str, bytes, st
     return files
 
 
-def request_body(fields: dict[str, Any], probe: Any = None, images: Sequence[Any] = (),
+def request_body(fields: dict[str, Any], probe: Any = None, images: Sequence[Any] | dict[str, Sequence[Any]] = (),
                  member_probe: Any = None) -> dict[str, Any]:
     """httpx keyword arguments of a body: multipart (probe files beside the fields, a burst's field once per
     frame; lists and objects as JSON text), or JSON for an admin's precomputed embedding (a burst beside it as
     a list of base64 frames; JSON too when nothing is sent as a file). `member_probe`: the newcomer's probe of a
-    household. Probes take the forms the module docstring lists."""
+    household. `images`: an enrolment's, or {modality: images} for captures of several kinds. Probes take the forms
+    the module docstring lists."""
     fields = {k: v for k, v in fields.items() if v is not None}
     if _is_embedding(probe) or _is_embedding(member_probe):
         return {"json": {**fields, **_json_probe("probe", probe), **_json_probe("member_probe", member_probe)}}
     files = _probe_files("probe", probe) + _probe_files("member_probe", member_probe)
-    for i, image in enumerate(images):
-        data = _image_bytes(image)
-        files.append(("images", (f"image-{i}", data, _mime(data))))
+    kinds = images if isinstance(images, dict) else {None: images}
+    for name, items in kinds.items():
+        for i, image in enumerate(items):
+            data = _image_bytes(image)
+            files.append((f"images_{name}" if name else "images", (f"image-{i}", data, _mime(data))))
     if not files:
         return {"json": fields}
     return {"data": {k: _form_value(v) for k, v in fields.items()}, "files": files}
@@ -245,7 +248,8 @@ class _Calls:
     headers: dict[str, str]
 
     def _call(self, method: str, path: str, *, fields: dict[str, Any] | None = None, probe: Any = None,
-              images: Sequence[Any] = (), member_probe: Any = None, params: dict[str, Any] | None = None,
+              images: Sequence[Any] | dict[str, Sequence[Any]] = (), member_probe: Any = None,
+              params: dict[str, Any] | None = None,
               expect_body: bool = True) -> Any:
         sent = fields or probe is not None or images or member_probe is not None
         body = request_body(fields or {}, probe, images, member_probe) if sent else {}
@@ -350,9 +354,15 @@ class BioMemoryClient(_Calls):
         """Status (and the store's counts for an admin key)."""
         return self._call("GET", "/health")
 
-    def enroll(self, label: str, images: Iterable[Any] | Any, modality: str | None = None) -> Identity:
-        """Enrol a person from one or more captures."""
-        many = list(images) if isinstance(images, (list, tuple)) else [images]
+    def enroll(self, label: str, images: Iterable[Any] | dict[str, Iterable[Any]] | Any,
+               modality: str | None = None) -> Identity:
+        """Enrol a person from one or more captures, or {modality: captures} of several kinds at once (an admin
+        key's way to enrol a look-alike relative with a palm beside the face)."""
+        if isinstance(images, dict):
+            many: Any = {name: list(items) if isinstance(items, (list, tuple)) else [items]
+                         for name, items in images.items()}
+        else:
+            many = list(images) if isinstance(images, (list, tuple)) else [images]
         data = self._call("POST", "/identities", fields={"label": label, "modality": modality}, images=many)
         return Identity(data["id"], data["label"])
 

@@ -73,6 +73,12 @@ class AlreadyEnrolledError(EnrolmentError):
     """The samples match someone already enrolled (never says whom)."""
 
 
+class LookAlikeError(AlreadyEnrolledError):
+    """The captures are within the gate's margin of someone enrolled (a look-alike relative, or that person): by
+    them alone the gate could never tell the two apart. An operator enrols a look-alike with a capture of another
+    kind that does tell them apart (biomem.identity.enrolment.check_distinct)."""
+
+
 class InconsistentSamplesError(EnrolmentError):
     """The samples of one enrolment do not all show the same person."""
 

@@ -135,6 +135,6 @@ def test_every_page_event_is_a_door_and_opens_only_for_its_role(keyed_page):
     wrong = call_event(served.url, sign_in, ["bm_not-a-key"], "operator")
     assert wrong["success"] is False and "unknown or revoked" in json.dumps(wrong)
     assert call_event(served.url, sign_in, [secret], "operator")["success"] is True
-    enrolment = ["Dana", None, None, None]  # no images: the door opens, then enrolment asks for them
+    enrolment = ["Dana", None, None, None, None]  # no images: the door opens, then enrolment asks for them
     assert "No images" in json.dumps(call_event(served.url, enrol, enrolment, "operator"))
     assert "this caller's role is public" in json.dumps(call_event(served.url, enrol, enrolment, "someone else"))

@@ -27,6 +27,7 @@ from biomem import BioMemory
 from biomem.engine.keys import create_key
 from biomem.engine.messages import AMBIGUOUS, readable
 from biomem.errors import AmbiguousProbeError, InvalidInputError, StepUpRequiredError
+from biomem.identity import disclosure
 from biomem.identity.calibrate import calibrate_folder, save
 from biomem.identity.gate import DEFAULT_MARGINS, GateResult, _admit, fuse
 from biomem.identity.samples import write_face_set
@@ -239,7 +240,8 @@ def test_an_ambiguous_probe_reads_and_writes_nothing(look_alikes):
     assert gate.ambiguous and not gate.matched and gate.admitted == [] and gate.identity is None
     assert min(gate.score_of(a.id), gate.score_of(b.id)) >= mem.threshold() - mem.margin()
     found = mem.search("my PIN", probe=morph)
-    assert found.notes == [] and found.view["gate"] == {"matched": False, "modality": mem.modality, "ambiguous": True}
+    assert found.notes == [] and found.view["gate"] == {"matched": False, "modality": mem.modality, "ambiguous": True,
+                                                        "advice": disclosure.AMBIGUOUS}
     before = mem.store.note_total()
     with pytest.raises(AmbiguousProbeError) as refused:
         mem.add("Planted", probe=morph)
@@ -295,7 +297,8 @@ def test_rest_says_the_gate_could_not_tell_and_names_nobody(look_alikes):
                              files={"probe": ("probe.png", png(morph), "image/png")}, data=data)
         found = call("/search", query="my PIN")
         assert found.status_code == 200 and found.json()["results"] == []
-        assert found.json()["gate"] == {"matched": False, "modality": mem.modality, "ambiguous": True}
+        assert found.json()["gate"] == {"matched": False, "modality": mem.modality, "ambiguous": True,
+                                        "advice": disclosure.AMBIGUOUS}
         added = call("/memories", text="Planted")
         assert added.status_code == 422, added.text
         assert added.json()["error"]["type"] == "AmbiguousProbeError" and added.json()["error"]["message"] == AMBIGUOUS

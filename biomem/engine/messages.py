@@ -50,7 +50,8 @@ from ..errors import (
 log = logging.getLogger("biomem.engine.messages")
 
 # the gate could not tell two enrolled people apart (biomem.identity.gate): said without naming anyone
-AMBIGUOUS = "Two enrolled people look too alike in this capture: take a clearer one."
+AMBIGUOUS = ("Two enrolled people look too alike in this capture: take a clearer one, or give a capture of "
+             "another kind with it (a palm beside a face) if you enrolled one.")
 
 # a capture below the quality bar (modalities.quality): nothing was matched, and it is not a failed attempt
 POOR_CAPTURE = "Nothing was matched, and this does not count as a failed attempt: try again."

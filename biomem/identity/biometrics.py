@@ -29,16 +29,18 @@ from ..errors import (
 from ..stores import MemoryStore
 from ..stores.records import Identity
 from .bursts import Burst, fuse_frames
+from .disclosure import AMBIGUOUS
 from .encoders import EncoderCache
 from .enrolment import (
     FACE_TAKEN_MISSES,
     Reserved,
     check_captures_fit,
+    check_distinct,
     check_label,
-    check_not_enrolled,
     check_not_reserved,
     check_one_person,
     check_room,
+    closeness,
     identification_risk,
     refusal,
 )
@@ -210,7 +212,7 @@ class Biometrics:
         """The one person `gate` admitted, for a probe-keyed write or session; AmbiguousProbeError (naming
         nobody) when two enrolled people were too close to tell, UnknownIdentityError when nobody matched."""
         if gate.ambiguous:
-            raise AmbiguousProbeError("two enrolled people are within the gate's margin of this probe")
+            raise AmbiguousProbeError(AMBIGUOUS)
         if gate.identity is None:
             raise UnknownIdentityError("the probe matches no enrolled identity")
         return gate.identity
@@ -238,58 +240,88 @@ class Biometrics:
             set(self.store.modalities(gate.identity)) <= {p.modality for p in probes}
 
     def stepped_up(self, probes: list[Probe]) -> int | None:
-        """The one identity every probe matches at the stricter step-up τ, else None (no miss counted)."""
-        decided = {self.gate.decide(p, tau, "best", self.margin(p.modality), floor=tau).identity
-                   for p in probes for tau in [self.threshold(p.modality, step_up=True)]}
-        return decided.pop() if len(decided) == 1 else None
+        """The one identity the probes prove at the stricter step-up τ, else None (no miss counted): a probe of one
+        modality by the gate's rule; probes of several by every modality's at once (fusion "all"), so a look-alike
+        relative whom the face alone cannot tell apart is proved by face and palm together."""
+        if len(probes) == 1:
+            tau = self.threshold(probes[0].modality, step_up=True)
+            return self.gate.decide(probes[0], tau, "best", self.margin(probes[0].modality), floor=tau).identity
+        parts = [self.gate.decide(p, self.threshold(p.modality, step_up=True), "all", self.margin(p.modality))
+                 for p in probes]
+        return fuse(parts, "all", "best").identity
 
-    def enroll(self, label: str, samples: Iterable[Any], modality: str | None = None, *,
+    def enroll(self, label: str, samples: Iterable[Any] | dict[str, Iterable[Any]], modality: str | None = None, *,
                sample: bool = False, client: Clients = None, admin: bool = False) -> Identity:
-        """Create an identity from one or more captures (images or Probes of one modality).
+        """Create an identity from captures (images or Probes) of one modality, or of several at once as
+        {modality: captures}.
 
         Refused, with nothing written, when the label is blank, too long or holds hidden characters
-        (InvalidInputError), when the samples do not all show one person (InconsistentSamplesError),
-        when that person is already enrolled (AlreadyEnrolledError), when the label is taken
-        (DuplicateLabelError) or when one more person would take the false-positive identification rate
-        at a calibrated τ past the target (EnrolmentLimitError, never a miss). sample: mark a demo
-        person, whom the "demo" disclosure may show and whose memories no probe may change.
+        (InvalidInputError), when the samples of a modality do not all show one person (InconsistentSamplesError),
+        when they come within the gate's margin of someone enrolled (LookAlikeError, an AlreadyEnrolledError:
+        that person, or a look-alike relative the operator may enrol with a second kind of capture, see
+        enrolment.check_distinct), when the label is taken (DuplicateLabelError) or when one more person
+        would take the false-positive identification rate at a calibrated τ past the target (EnrolmentLimitError,
+        never a miss). sample: mark a demo person, whom the "demo" disclosure may show and whose memories no
+        probe may change.
         client: a requester's keys for attempt limits: the enrolment is then a gated attempt (refused
-        before any encoding in a cool-down; each refusal a miss, an enrolled face FACE_TAKEN_MISSES),
-        a capture of one of the demo's sample people is refused (SampleCaptureError, whether or not
-        they are enrolled), and a taken label and an enrolled face are both EnrolmentRefusedError unless
-        `admin` (the caller holds an admin key or the admin page).
+        before any encoding in a cool-down; each refusal a miss, captures close to an enrolled person
+        FACE_TAKEN_MISSES), a capture of one of the demo's sample people is refused (SampleCaptureError, whether or
+        not they are enrolled), and a taken label and a close capture are both EnrolmentRefusedError unless
+        `admin` (the caller holds an admin key or the admin page): the operator and an admin are told which.
         """
         label = check_label(label)
         self.limiter.check(client)
-        probes = [self.probe(s, modality, quality="enrol") for s in self._as_list(samples)]
-        if not probes:
-            raise InvalidInputError("enrolment needs at least one sample")
-        names = {p.modality for p in probes}
-        if len(names) > 1:
-            raise ModalityMismatchError(f"enrol one modality at a time, got {sorted(names)}")
-        name = names.pop()
-        tau = self.threshold(name)
-        self._check_dims(probes)
-        try:
-            check_one_person(probes, tau)
-        except InconsistentSamplesError:
-            self.limiter.miss(client)
-            raise
-        if client is not None and not sample:
-            self._check_not_reserved(probes, client)
-        precise = client is None or admin
-        with self._enrolling:
+        groups = self._enrolment(samples, modality)
+        operator = client is None or admin
+        for probes in groups.values():
             try:
-                check_not_enrolled(self.gate, probes, tau)
+                check_one_person(probes, self.threshold(probes[0].modality))
+            except InconsistentSamplesError:
+                self.limiter.miss(client)
+                raise
+            if client is not None and not sample:
+                self._check_not_reserved(probes, client)
+        with self._enrolling:
+            close = [closeness(self.gate, probes, self.threshold(name), self.margin(name))
+                     for name, probes in groups.items()]
+            try:
+                check_distinct(close, self.store.modalities, operator=operator)
             except AlreadyEnrolledError as exc:
                 self.limiter.miss(client, FACE_TAKEN_MISSES)
-                raise refusal(exc, precise=precise) from None
-            self._check_room(probes[0])
+                raise refusal(exc, precise=operator) from None
+            for probes in groups.values():
+                self._check_room(probes[0])
+            (first, probes), *more = groups.items()
             try:
-                return self.store.add_identity(label, name, np.stack([p.embedding for p in probes]), sample=sample)
+                with self.store.transaction():
+                    identity = self.store.add_identity(label, first, np.stack([p.embedding for p in probes]),
+                                                       sample=sample)
+                    for name, rest in more:
+                        self.store.add_templates(identity.id, name, np.stack([p.embedding for p in rest]))
             except DuplicateLabelError as exc:
                 self.limiter.miss(client)
-                raise refusal(exc, precise=precise) from None
+                raise refusal(exc, precise=operator) from None
+            return identity
+
+    def _enrolment(self, samples: Any, modality: str | None) -> dict[str, list[Probe]]:
+        """An enrolment's captures as Probes grouped by modality (the encoder's "enrol" quality bar), every
+        modality with at least one, of its encoder's dimension."""
+        given = samples if isinstance(samples, dict) else {modality: samples}
+        groups: dict[str, list[Probe]] = {}
+        for name, captures in given.items():
+            probes = [self.probe(s, name, quality="enrol") for s in self._as_list(captures)]
+            if not probes:
+                raise InvalidInputError(f"enrolment needs at least one sample{f' of {name}' if name else ''}")
+            for probe in probes:
+                groups.setdefault(probe.modality, []).append(probe)
+        if not groups:
+            raise InvalidInputError("enrolment needs at least one sample")
+        if len(groups) > len(given):
+            raise ModalityMismatchError(f"enrol one modality at a time, or name each: {{modality: samples}}, "
+                                        f"got {sorted(groups)}")
+        for probes in groups.values():
+            self._check_dims(probes)
+        return groups
 
     def add_templates(self, identity_id: int, samples: Iterable[Any], modality: str | None = None, *,
                       probe: Any = None, client: Clients = None) -> None:
@@ -314,7 +346,8 @@ class Biometrics:
             for name in {p.modality for p in probes}:
                 group = [p for p in probes if p.modality == name]
                 check_one_person(group, self.threshold(name))
-                check_captures_fit(self.gate, identity_id, group, self.threshold(name), has_templates=name in own)
+                check_captures_fit(self.gate, identity_id, group, self.threshold(name), self.margin(name),
+                                   has_templates=name in own)
                 if name not in own:  # a first capture of this modality: one more person it identifies
                     self._check_room(group[0])
             with self.store.transaction():

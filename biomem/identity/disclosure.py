@@ -16,19 +16,23 @@ from ..stores.records import Identity
 from .gate import GateResult
 
 DIGITS = 2  # scores are shown rounded: an exact cosine is a gradient for a forger
+# what an ambiguous probe's requester is told to do, naming nobody: a look-alike relative is told apart by a second kind
+AMBIGUOUS = ("two enrolled people are within the gate's margin of this probe: take a clearer capture, or send one of "
+             "another kind with it (a palm beside a face) if you enrolled one")
 
 
 def gate_view(gate: GateResult, people: dict[int, Identity], mode: str) -> dict[str, Any]:
     """The gate's decision as the requester may see it."""
     if not gate.matched and mode == "private":
-        return {"matched": False, "modality": gate.modality, **({"ambiguous": True} if gate.ambiguous else {})}
+        return {"matched": False, "modality": gate.modality, **({"ambiguous": True, "advice": AMBIGUOUS}
+                                                                 if gate.ambiguous else {})}
     view: dict[str, Any] = {
         "matched": gate.matched, "identity": gate.identity,
         "label": people[gate.identity].label if gate.identity in people else None,
         "admitted": [{"identity": i, "label": people[i].label, "score": round(gate.score_of(i), DIGITS)}
                      for i in gate.admitted if i in people],
         "threshold": round(float(gate.threshold), DIGITS), "modality": gate.modality, "policy": gate.policy,
-        "ambiguous": gate.ambiguous}
+        "ambiguous": gate.ambiguous, **({"advice": AMBIGUOUS} if gate.ambiguous else {})}
     if mode == "demo":
         shown = [(i, s) for i, s in gate.scores.items() if i in people and people[i].sample or i in gate.admitted]
         view["scores"] = [{"identity": i, "label": people[i].label, "score": round(s, DIGITS),

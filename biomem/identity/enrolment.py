@@ -4,7 +4,9 @@ Checked in the engine, so the UI, the CLI and the API all get the same rules:
 - a label is 1 to MAX_LABEL_CHARS characters with no control or invisible format character, and shows something;
 - no two people's labels look alike (biomem.stores.labels: scripts, widths and case aside), which the store checks;
 - every pair of samples in one enrolment must match at τ (one person per enrolment);
-- a new enrolment must match nobody already enrolled (never says whom);
+- a new enrolment's captures must come within the margin δ of τ of nobody already enrolled (never says whom):
+  the gate could never tell the two apart; an operator enrols a look-alike relative with captures of a second
+  kind that come close to nobody, once every look-alike has that kind too (check_distinct);
 - captures added to an identity must match its templates of that modality at τ (when it
   has some) and must match no other identity at τ or better than their own;
 - a requester's captures (an enrolment with attempt-limit keys, captures added by probe) must match none
@@ -34,6 +36,7 @@ import re
 import threading
 import unicodedata
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -48,6 +51,7 @@ from ..errors import (
     EnrolmentRefusedError,
     InconsistentSamplesError,
     InvalidInputError,
+    LookAlikeError,
     SampleCaptureError,
 )
 from ..stores.labels import label_key
@@ -66,7 +70,12 @@ FACE_TAKEN_MISSES = 5
 # FMR <x> FNMR <y>; <date>". Any other source (default, env, manual, an evaluation's) is uncalibrated.
 CALIBRATED_SOURCE = re.compile(r"^calibrate \w+: .*?(\d+) impostor scores.*?; FMR (\S+) FNMR")
 REFUSED = ("nobody new was enrolled: this name or these captures are already in use. Choose another name; "
-           "if you are enrolled already, use your existing identity")
+           "if you are enrolled already, use your existing identity. A look-alike relative of someone enrolled "
+           "is enrolled by an operator, with a capture of another kind (a palm) as well")
+LOOK_ALIKE = ("nobody new was enrolled: this person is already enrolled, or looks too like someone enrolled (within "
+              "the gate's margin) for the gate ever to tell the two apart by these captures. If you are enrolled, "
+              "use your existing identity; an operator enrols a look-alike relative with captures of another kind "
+              "too (a palm) that match nobody")
 
 
 def check_label(label: object) -> str:
@@ -108,13 +117,51 @@ def check_one_person(probes: list[Probe], tau: float) -> None:
             "with clear captures of that person only")
 
 
-def check_not_enrolled(gate: Gate, probes: list[Probe], tau: float) -> None:
-    """No sample may match an enrolled identity at τ."""
+@dataclass(frozen=True)
+class Closeness:
+    """Where one modality's captures of a newcomer fall among the enrolled: who is within the margin."""
+
+    modality: str
+    near: frozenset[int]  # identities some capture scores at least τ − δ with: the gate could confuse them
+    taken: bool  # some capture clears τ against one of them
+
+
+def closeness(gate: Gate, probes: list[Probe], tau: float, margin: float) -> Closeness:
+    """The identities the captures come within δ of τ of (the exact scan): once enrolled beside one of them,
+    the newcomer's own probes of this modality would be ambiguous, theirs too."""
+    near: set[int] = set()
+    taken = False
     for probe in probes:
-        _, best = gate.scores(probe)
-        if len(best) and float(best.max()) >= tau:
-            raise AlreadyEnrolledError("this person is already enrolled: nobody new was enrolled "
-                                       "(use your existing identity)")
+        ids, best = gate.scores(probe)
+        near.update(int(i) for i in ids[best >= tau - margin])
+        taken = taken or bool(len(best) and float(best.max()) >= tau)
+    return Closeness(probes[0].modality, frozenset(near), taken)
+
+
+def check_distinct(close: list[Closeness], modalities_of: Callable[[int], Sequence[str]], *, operator: bool) -> None:
+    """A newcomer must be told apart from everyone enrolled: AlreadyEnrolledError when a capture clears τ against
+    someone, LookAlikeError (its kind) when captures only come within δ of τ, both with the same advice.
+
+    Captures within δ of τ of nobody pass. Captures close to someone (an enrolled person, or a look-alike relative)
+    pass only for an `operator` (the operator in-process, an admin) and only when the enrolment also brings
+    a modality whose captures are close to nobody, and every one they are close to has templates of such a
+    modality: a probe of both kinds then admits exactly the right one of them (fusion "all"), while a probe of
+    the close kind alone admits neither. A requester never can, so nobody can push an enrolled person into
+    needing a second kind of capture.
+    """
+    lookalikes = frozenset().union(*(c.near for c in close))
+    if not lookalikes:
+        return
+    clear = {c.modality for c in close if not c.near}
+    if not operator or not clear:
+        raise (AlreadyEnrolledError if any(c.taken for c in close) else LookAlikeError)(LOOK_ALIKE)
+    lacking = sorted(i for i in lookalikes if not clear & set(modalities_of(i)))
+    if lacking:
+        raise LookAlikeError(
+            f"nobody new was enrolled: identit{'y' if len(lacking) == 1 else 'ies'} "
+            f"{', '.join(map(str, lacking))} within the gate's margin of these captures "
+            f"{'has' if len(lacking) == 1 else 'have'} no {' or '.join(sorted(clear))} templates, so the gate could "
+            "not tell them apart: add such captures to them first, then enrol this person again")
 
 
 class Reserved:
@@ -151,9 +198,10 @@ def check_not_reserved(probes: list[Probe], reserved: np.ndarray, tau: float, ki
             raise SampleCaptureError(f"this is one of the demo's sample people: sample {kind}s cannot be enrolled")
 
 
-def check_captures_fit(gate: Gate, identity_id: int, probes: list[Probe], tau: float, *,
+def check_captures_fit(gate: Gate, identity_id: int, probes: list[Probe], tau: float, margin: float, *,
                        has_templates: bool) -> None:
-    """Added captures must be the identity's own and nobody else's."""
+    """Added captures must be the identity's own and nobody else's: none within δ of τ of another identity, whose
+    own probes it would make ambiguous (what check_distinct asks of an enrolment)."""
     for probe in probes:
         ids, best = gate.scores(probe)
         own = float(best[ids == identity_id].max()) if np.any(ids == identity_id) else None
@@ -163,6 +211,9 @@ def check_captures_fit(gate: Gate, identity_id: int, probes: list[Probe], tau: f
             raise EnrolmentError("these captures do not match your enrolled templates: nothing was added")
         if rival >= tau or (own is not None and rival >= own):
             raise AlreadyEnrolledError("these captures match someone else enrolled: nothing was added")
+        if rival >= tau - margin:
+            raise LookAlikeError("these captures come within the gate's margin of someone else enrolled, whose own "
+                                 "probes they would make ambiguous: nothing was added")
 
 
 def rule_of_three(impostors: int) -> float:

@@ -311,6 +311,10 @@ class EnrolBody(BodyModel):
     label: str = Field(min_length=1, max_length=100)
     images: list[ProbeData] | None = Field(None, max_length=10)
     modality: str | None = Field(None, max_length=100)
+    captures: dict[Modality, Annotated[list[ProbeData], Field(min_length=1, max_length=10)]] | None = Field(
+        None, max_length=4, description=(
+        "captures of several kinds at once, {modality: [image, ...]} (multipart: `images_<modality>` files): how an "
+        "admin enrols a look-alike relative, whose face alone the gate cannot tell apart, with a palm as well"))
 
     @field_validator("label")
     @classmethod
@@ -397,7 +401,8 @@ class SessionReply(Reply):
 class IdentityReply(Reply):
     id: int
     label: str
-    modality: str
+    modality: str  # the first (or only) modality enrolled
+    modalities: dict[str, int]  # templates stored per modality
     templates: int
 
 

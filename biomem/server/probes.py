@@ -2,7 +2,8 @@
 
 Multipart (`curl -F`): text fields beside image files `probe` (the store's default modality),
 `probe_<modality>` (one per modality of a multi-modal probe; a probe field sent several times is a burst of
-frames of one person, fused into one probe), `images` (enrolment) or `member_probe`
+frames of one person, fused into one probe), `images` (enrolment; `images_<modality>` for captures of several
+kinds at once) or `member_probe`
 (the newcomer joining a household); fields that hold JSON (messages, metadata, hidden_from, filters)
 are JSON text in their form field. JSON: the same fields, images as base64 objects:
 
@@ -95,6 +96,17 @@ class Body:
     probe: Any = None
     images: list[Any] = field(default_factory=list)
     member_probe: Any = None
+    captures: dict[str, list[Any]] = field(default_factory=dict)  # an enrolment's images of several modalities
+
+    def enrolment(self, modality: str) -> list[Any] | dict[str, list[Any]]:
+        """The enrolment's images: a list of one modality, or {modality: images} when captures of several kinds
+        came (the `images` beside them under `modality`)."""
+        if not self.captures:
+            return self.images
+        merged = {modality: list(self.images)} if self.images else {}
+        for name, images in self.captures.items():
+            merged.setdefault(name, []).extend(images)
+        return merged
 
 
 def media_type(request: Request) -> str:
@@ -115,15 +127,19 @@ async def parse(request: Request, model: type[M], caller: Caller, mem: BioMemory
         if "member_probe" in model.model_fields:
             member = _file_probe(files, known, "member_probe")
         images = files.pop("images", [])
+        captures = {name.removeprefix("images_"): files.pop(name) for name in list(files)
+                    if name.startswith("images_") and "captures" in model.model_fields}
+        if "" in captures:
+            raise InvalidInputError("`images_` names no modality: send `images_<modality>` files, or `images`")
         if files:
             raise InvalidInputError(f"unexpected file field(s): {', '.join(sorted(files))}")
         data: dict[str, Any] = fields
     elif kind == "application/x-www-form-urlencoded":  # curl -d: fields only, so no probe
-        data, probe, images = await _urlencoded(request), None, None
+        data, probe, images, captures = await _urlencoded(request), None, None, {}
     elif kind == "application/json" or kind.endswith("+json"):
-        data, probe, images = _json(await request.body()), None, None
+        data, probe, images, captures = _json(await request.body()), None, None, {}
     elif not kind and not await request.body():
-        data, probe, images = {}, None, None
+        data, probe, images, captures = {}, None, None, {}
     else:
         raise ApiError(415, "UnsupportedMediaType",
                        "Send multipart/form-data (curl -F), application/json or a urlencoded form.")
@@ -137,9 +153,11 @@ async def parse(request: Request, model: type[M], caller: Caller, mem: BioMemory
         member = json_probe(getattr(fields, "member_probe", None), getattr(fields, "member_probes", None),
                             caller, known, "member_probe")
         images = [decode(item, "images") for item in getattr(fields, "images", None) or []]
-    if len(images or []) > MAX_IMAGES:
+        captures = {name: [decode(item, f"images of {name}") for item in items]
+                    for name, items in (getattr(fields, "captures", None) or {}).items()}
+    if len(images or []) + sum(map(len, captures.values())) > MAX_IMAGES:
         raise InvalidInputError(f"at most {MAX_IMAGES} images per enrolment")
-    return Body(fields, probe, images or [], member)
+    return Body(fields, probe, images or [], member, captures)
 
 
 async def _multipart(request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -155,14 +173,14 @@ async def _multipart(request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
     files: dict[str, Any] = {}
     try:
         for name, value in form.multi_items():
-            repeatable = name == "images" or (isinstance(value, UploadFile) and _is_probe(name))
+            repeatable = isinstance(value, UploadFile) and (_is_images(name) or _is_probe(name))
             if name in fields or (name in files and not repeatable):
                 raise InvalidInputError(f"{_named(name)} is sent twice: send each field once")
             if isinstance(value, UploadFile):
                 _check_upload_type(name, value.content_type)
                 content = await value.read()
-                if name == "images":
-                    files.setdefault("images", []).append(content)
+                if _is_images(name):
+                    files.setdefault(name, []).append(content)
                 elif name in files:  # a probe's next frame
                     files[name] = [*files[name], content] if isinstance(files[name], list) else [files[name], content]
                 else:
@@ -219,6 +237,11 @@ def _json(raw: bytes, what: str = "the body") -> Any:
 def json_text(text: str, what: str) -> Any:
     """A JSON value sent as text (a query parameter); InvalidInputError (422) when it is not one."""
     return _json(text.encode("utf-8", "surrogatepass"), what)
+
+
+def _is_images(name: str) -> bool:
+    """Whether a multipart field holds enrolment images (`images`, or `images_<modality>`), sent once per image."""
+    return name == "images" or name.startswith("images_")
 
 
 def _is_probe(name: str) -> bool:

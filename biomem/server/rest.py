@@ -92,11 +92,11 @@ def body_doc(model: type, files: dict[str, str] | None = None) -> dict[str, Any]
     """OpenAPI requestBody of a route that takes JSON (`model`) or multipart (its fields + image files)."""
     files = files or PROBE_FILES
     schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-    fields = {k: v for k, v in schema.get("properties", {}).items() if k not in ("probe", "probes", "images")}
-    binary = {name: {"type": "string", "format": "binary", "description": text} for name, text in files.items()}
-    if "images" in binary:
-        binary["images"] = {"type": "array", "items": {"type": "string", "format": "binary"},
-                            "description": files["images"]}
+    fields = {k: v for k, v in schema.get("properties", {}).items()
+              if k not in ("probe", "probes", "images", "captures")}
+    binary = {name: {"type": "array", "items": {"type": "string", "format": "binary"}, "description": text}
+              if name.startswith("images") else {"type": "string", "format": "binary", "description": text}
+              for name, text in files.items()}
     return {"requestBody": {"required": True, "content": {
         "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}},
         "multipart/form-data": {"schema": {"type": "object", "properties": {**fields, **binary}}}}}}
@@ -199,18 +199,23 @@ async def end_session(request: Request, who: Caller = Depends(caller)) -> Respon
 # ---- identities -----------------------------------------------------------------------------------
 
 @router.post("/identities", status_code=201, response_model=IdentityReply, summary="Enrol a person",
-             openapi_extra=body_doc(EnrolBody, {"images": "one or more captures of one person"}))
+             openapi_extra=body_doc(EnrolBody, {"images": "one or more captures of one person",
+                                                "images_<modality>": "captures of another kind (a palm)"}))
 async def enrol(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
     """Create an identity from one or more captures of one person (refused if they are enrolled already)."""
     mem, amem = engine(request)
     body = await parse(request, EnrolBody, who, mem)
-    if not body.images:
-        raise InvalidInputError("enrolment needs one or more images (`images`)")
-    modality = body.fields.modality
-    # a gated attempt: limited per client, and which collision refused it is told to an admin only
-    identity = await amem.enroll(body.fields.label, body.images, modality, client=who.clients, admin=who.admin)
-    return {"id": identity.id, "label": identity.label, "modality": modality or mem.modality,
-            "templates": len(body.images)}
+    if not body.images and not body.captures:
+        raise InvalidInputError("enrolment needs one or more images (`images`, or `captures` of several kinds)")
+    modality = body.fields.modality or mem.modality
+    samples = body.enrolment(modality)
+    # a gated attempt: limited per client, and which collision refused it is told to an admin only; an admin
+    # may enrol a look-alike relative of someone enrolled when a second kind of capture tells them apart
+    identity = await amem.enroll(body.fields.label, samples, modality, client=who.clients, admin=who.admin)
+    counts = {name: len(images) for name, images in samples.items()} if isinstance(samples, dict) \
+        else {modality: len(samples)}
+    return {"id": identity.id, "label": identity.label, "modality": next(iter(counts)), "modalities": counts,
+            "templates": sum(counts.values())}
 
 
 @router.delete("/identities/me", response_model=ForgetReply, openapi_extra=body_doc(StepUpBody),

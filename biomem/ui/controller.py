@@ -324,33 +324,52 @@ class Controller:
     # ---- enrolment and one's own notes ----------------------------------------------------------
 
     def enroll(self, label: str, files: list[Any] | None, capture: Any, encoder: str | None,
-               progress: Progress = _silent, request: gr.Request | None = None) -> str:
-        """Create an identity from uploaded images and/or a capture; each file deleted after use. A gated
-        attempt of the requester's client (biomem.identity.enrolment): refused in a cool-down before any encoding."""
+               progress: Progress = _silent, request: gr.Request | None = None, second: list[Any] | None = None) -> str:
+        """Create an identity from uploaded images and/or a capture, and `second`: images of another kind (a palm
+        beside a face, read by `second_kind`); each file deleted after use. A gated attempt of the requester's
+        client (biomem.identity.enrolment): refused in a cool-down before any encoding. Only the admin page
+        enrols a look-alike relative of someone enrolled, whom the second kind tells apart."""
         client = self.clients(request)
         paths = [p for p in (files or []) if uploads.upload_path(p)]
         paths += [capture] if uploads.upload_path(capture) else []
-        label, name = typed_text(label, "name", files, capture), encoder or self.mem.modality
+        others = [p for p in (second or []) if uploads.upload_path(p)]
+        label, name = typed_text(label, "name", files, capture, second), encoder or self.mem.modality
         try:
             if not label:
                 raise hint("Give a name for the new identity.", "No name")
             if not paths:
                 raise hint("Give one or more images (upload or capture).", "No images")
+            other = self.second_kind(name) if others else None
+            if others and other is None:
+                raise hint("No encoder of another kind loads here: leave the second images empty.", "No second kind")
             self.mem.limiter.check(client)
-            probes = []
-            for n, path in enumerate(paths):
-                progress(n / len(paths), desc=f"Encoding image {n + 1} of {len(paths)}")
-                try:
-                    probes.append(self.mem.probe(uploads.read_once(path, "image"), name, quality="enrol"))
-                except BioMemError as exc:
-                    title, message = readable(exc)
-                    raise fail(f"Image {n + 1}: {message}", title) from None
+            kinds = {name: paths, **({other: others} if other else {})}
+            count = len(paths) + len(others)
+            samples: dict[str, list[Probe]] = {}
+            for kind, images in kinds.items():
+                for path in images:
+                    done = sum(map(len, samples.values()))
+                    progress(done / count, desc=f"Encoding image {done + 1} of {count}")
+                    try:
+                        samples.setdefault(kind, []).append(
+                            self.mem.probe(uploads.read_once(path, "image"), kind, quality="enrol"))
+                    except BioMemError as exc:
+                        title, message = readable(exc)
+                        raise fail(f"Image {done + 1}: {message}", title) from None
         finally:
-            uploads.discard(paths)
+            uploads.discard(paths, others)
         progress(1.0, desc="Checking and storing templates")
-        identity = self.mem.enroll(label, probes, modality=name, client=client, admin=self.admin)
-        return (f"Enrolled **{render.esc(identity.label)}** from {len(probes)} image(s) with `{name}`. "
-                "Add memories below, or ask in **Chat**.")
+        identity = self.mem.enroll(label, samples, client=client, admin=self.admin)
+        made = " and ".join(f"{len(probes)} image(s) with `{kind}`" for kind, probes in samples.items())
+        return f"Enrolled **{render.esc(identity.label)}** from {made}. Add memories below, or ask in **Chat**."
+
+    def second_kind(self, name: str) -> str | None:
+        """The encoder of an enrolment's images of another kind than `name`: one enrolled here already, else
+        the demo's palm encoder beside a face (None when none loads)."""
+        other = self.mem.other_kind(name)
+        if other is None and self.mem.encoder(name).info.kind == "face":
+            other = self.palm_encoder()
+        return other
 
     def unlock(self, probe: Any, encoder: str | None, second: Any = None,
                request: gr.Request | None = None) -> dict[str, Any]:

@@ -377,20 +377,24 @@ def enrol_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing:
                     elem_id="bm-enrol-files")
     watch(ui, files)
     capture = image_input(ui, "bm-enrol-capture", "…and/or a capture", 220, ["webcam", "upload"], placeholder=None)
+    second = gr.File(label="Images of another kind (a palm beside a face), optional: how an operator enrols a "
+                     "look-alike relative, whom the face alone cannot tell apart from someone enrolled",
+                     file_count="multiple", file_types=["image"], type="filepath", elem_id="bm-enrol-second")
+    watch(ui, second)
     button = gr.Button("Enrol", variant="primary", elem_id="bm-enrol")
     message = gr.Markdown(elem_id="bm-enrol-message")
     result = gr.State(None)
 
-    def enrol(label: str, files: list[Any] | None, capture: Any, encoder: str | None, request: gr.Request,
-              progress: gr.Progress = gr.Progress()) -> str:  # noqa: B008 - Gradio's idiom
-        return ui.enroll(label, files, capture, encoder, progress, request)
+    def enrol(label: str, files: list[Any] | None, capture: Any, second: list[Any] | None, encoder: str | None,
+              request: gr.Request, progress: gr.Progress = gr.Progress()) -> str:  # noqa: B008 - Gradio's idiom
+        return ui.enroll(label, files, capture, encoder, progress, request, second)
 
     def enrolled(text: str | None) -> tuple[Any, ...]:
-        return (text, "", None, None, ui.status()) if text else ("", gr.skip(), None, None, gr.skip())
+        return (text, "", None, None, None, ui.status()) if text else ("", gr.skip(), None, None, None, gr.skip())
 
-    action(ui, [button.click], "enrol", [Control(button, "Enrol")], enrol, [label, files, capture, encoder], result,
-           enrolled, [result], [message, label, files, capture, status], name="page:enrol", show_progress_on=[message],
-           **RAW)
+    action(ui, [button.click], "enrol", [Control(button, "Enrol")], enrol, [label, files, capture, second, encoder],
+           result, enrolled, [result], [message, label, files, capture, second, status], name="page:enrol",
+           show_progress_on=[message], **RAW)
 
     remember_panel(ui, encoder, status, listing)
 
