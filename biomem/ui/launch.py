@@ -33,7 +33,10 @@ def launch(page: gr.Blocks, settings: Settings | None = None, **overrides: Any) 
     """page.launch() with PAGE_OPTIONS and no share link, on settings.host:port. The client address is the
     socket's peer, as under `biomem serve`: X-Forwarded-For counts only through BIOMEM_TRUST_PROXY."""
     settings = settings or Settings.from_env()
-    options = dict(server_name=settings.host, server_port=settings.port, share=False, **PAGE_OPTIONS)
+    # _frontend=False skips only Gradio's "is localhost reachable, else demand a share link" check: one HEAD of the
+    # page with a 3 s timeout, which a busy 2-core machine can miss, aborting a launch whose server is up; this
+    # page never has a share link, so the check has nothing to offer it.
+    options = dict(server_name=settings.host, server_port=settings.port, share=False, _frontend=False, **PAGE_OPTIONS)
     # Gradio's uvicorn would take the client address from X-Forwarded-For of any loopback peer (its default
     # FORWARDED_ALLOW_IPS): a local program, or a web page through DNS rebinding, could pick its attempt-limit key.
     with mock.patch.dict(os.environ, {"FORWARDED_ALLOW_IPS": ""}):
