@@ -622,7 +622,7 @@ def many_graphs(url: str, store: PostgresStore, data: SkewedNotes, owner_ids: np
                 plan: list[tuple[int, np.ndarray]], n: int, adds: int, seed: int) -> dict[str, Any]:
     """What each partial index costs everyone: `n` more (empty: owners that do not exist) beside the real
     ones, then adds and small owners' exact searches again, with the planning time of the latter."""
-    exact = DatabaseSearch(store)
+    exact = DatabaseSearch(store.connections)
     small = [(j, q) for j, q in plan if j >= data.large][:100]
 
     def measure() -> dict[str, Any]:
@@ -673,7 +673,7 @@ def run_rung(server: Server, n_notes: int, n_owners: int, large: list[int], *, v
         "hnsw_threshold": threshold, "load_average_1m_start": os.getloadavg()[0],
         "load": {k: v for k, v in load.items() if k not in ("owner_ids", "note_ids")}, "adds": {}}
     result["adds"]["no_graph"] = timed_adds(store, data, owner_ids, vectors, adds, seed)
-    exact = DatabaseSearch(store)
+    exact = DatabaseSearch(store.connections)
 
     if not skip_global:
         t0 = time.perf_counter()
@@ -695,9 +695,10 @@ def run_rung(server: Server, n_notes: int, n_owners: int, large: list[int], *, v
         with store.owner_connection() as conn:
             conn.execute("DROP INDEX notes_hnsw")
 
-    modes: dict[str, DatabaseSearch] = {"exact": exact, "owner": DatabaseSearch(store, hnsw_threshold=threshold)}
+    modes: dict[str, DatabaseSearch] = {"exact": exact,
+                                        "owner": DatabaseSearch(store.connections, hnsw_threshold=threshold)}
     for ef in EF_SEARCHES:
-        modes[f"owner_ef{ef}"] = DatabaseSearch(store, hnsw_threshold=threshold, ef_search=ef)
+        modes[f"owner_ef{ef}"] = DatabaseSearch(store.connections, hnsw_threshold=threshold, ef_search=ef)
     builder = modes["owner"]
     t0 = time.perf_counter()
     settled = builder.index_partitions()

@@ -65,7 +65,7 @@ def graph_of(url: str, owner: int) -> bool | None:
 
 def test_a_large_partition_walks_its_own_graph_and_finds_the_exact_top_10(graphed):
     url, mem, (big, other, small), rng = graphed
-    exact = DatabaseSearch(mem.store)  # no threshold: always the exact scan
+    exact = DatabaseSearch(mem.store.connections)  # no threshold: always the exact scan
     queries = text_like(rng, 30, mem.text.dim)
     plan = mem.partitions.explain(big, queries[0], 10)
     assert f"Index Scan using {index_name(big)} on notes" in plan and index_name(other) not in plan
@@ -102,7 +102,7 @@ def test_the_graph_statement_names_the_owner_literally_and_row_level_security_st
 
 def test_filters_hidden_notes_and_audiences_apply_before_the_top_k_on_the_graph(graphed):
     url, mem, (big, other, small), rng = graphed
-    exact = DatabaseSearch(mem.store)
+    exact = DatabaseSearch(mem.store.connections)
     notes = {n.id: n for n in mem.store.all_notes(big)}
     hall = Within(where=parse_filters({"metadata.room": "hall"}))
     recalls = []
@@ -157,7 +157,7 @@ def test_a_forgotten_owner_loses_their_graph_and_a_growing_or_shrinking_one_gain
     mem.partitions.deleted(other, mine[1100 - KEEP_FROM], generation)
     assert mem.partitions.wait(60) and graph_of(url, other) is None
     assert "hnsw" not in mem.partitions.explain(other, q, 10)
-    assert mem.partitions.search(other, q, 10) == DatabaseSearch(mem.store).search(other, q, 10)
+    assert mem.partitions.search(other, q, 10) == DatabaseSearch(mem.store.connections).search(other, q, 10)
 
 
 def test_graphs_are_settled_once_across_sessions_and_an_interrupted_build_is_rebuilt(postgres_database,
@@ -170,7 +170,7 @@ def test_graphs_are_settled_once_across_sessions_and_an_interrupted_build_is_reb
               for j in range(2)]
     for owner in owners:
         fill(stores[0], owner, text_like(rng, THRESHOLD, text_encoder.dim))
-    searches = [DatabaseSearch(store, hnsw_threshold=THRESHOLD) for store in stores]
+    searches = [DatabaseSearch(store.connections, hnsw_threshold=THRESHOLD) for store in stores]
     results: list[dict[int, str]] = []
     threads = [threading.Thread(target=lambda s=s: results.append(s.index_partitions())) for s in searches]
     for thread in threads:
@@ -208,7 +208,7 @@ def test_a_replica_that_does_not_own_the_tables_walks_the_graphs_the_owner_built
         conn.execute(f"CREATE ROLE graph_kiosk LOGIN IN ROLE {APP_ROLE}")
     try:
         kiosk = PostgresStore(url.replace("postgres:@", "graph_kiosk:@"))
-        assert not kiosk.owns_notes and owner_store.owns_notes
+        assert not kiosk.connections.owns_notes and owner_store.connections.owns_notes
         replica = kiosk.search_index(text_encoder.dim, hnsw_threshold=THRESHOLD)
         assert graph_of(url, person) is None  # the replica may not build: nothing happened
         q = text_like(rng, 1, text_encoder.dim)[0]

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 if TYPE_CHECKING:
-    from .store import PostgresStore
+    from .connections import Connections
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +75,9 @@ FROM (SELECT (SELECT indisvalid FROM pg_index WHERE indexrelid = (SELECT to_regc
 class OwnerGraphs:
     """The per-owner graphs of one store at one threshold: what to build or drop, now or in the background."""
 
-    def __init__(self, store: PostgresStore, threshold: int, *, m: int = M,
+    def __init__(self, connections: Connections, threshold: int, *, m: int = M,
                  ef_construction: int = EF_CONSTRUCTION) -> None:
-        self.store = store
+        self.connections = connections
         self.threshold = int(threshold)
         self.keep_from = min(KEEP_FROM, self.threshold)
         self.m, self.ef_construction = int(m), int(ef_construction)
@@ -91,7 +91,7 @@ class OwnerGraphs:
     @property
     def may_build(self) -> bool:
         """Whether this process's URL user owns the notes table (DDL is the owner's)."""
-        return bool(getattr(self.store, "owns_notes", False)) and not self._stopped
+        return self.connections.owns_notes and not self._stopped
 
     def needs(self, valid: bool | None, count: int) -> bool:
         """Whether a partition of `count` notes whose graph is `valid` (None: none) needs a build or a drop."""
@@ -105,10 +105,10 @@ class OwnerGraphs:
         crossed a bound (an add can only call for a build, a delete for a drop)."""
         if not self.may_build:
             return
-        if getattr(self.store._local, "conn", None) is not None:  # inside a caller's transaction: the
+        if self.connections.in_transaction:  # inside a caller's transaction: the
             self.schedule([owner_id])  # admitted owners are theirs; the worker reads the state itself
             return
-        with self.store.transaction([owner_id]) as conn:
+        with self.connections.transaction([owner_id]) as conn:
             valid, count = conn.execute(STATE, self._state_args(owner_id, keep=0 if grew else self.keep_from,
                                                                 cap=self.threshold if grew else 0)).fetchone()
         if not (grew and valid) and self.needs(valid, count):
@@ -120,12 +120,12 @@ class OwnerGraphs:
     def forgotten(self, owner_id: int) -> None:
         """The owner's notes are gone (forget) or changed: drop their graph now if no build holds the lock,
         else as soon as it is released. Nothing to do when they had none."""
-        with self.store.reading() as conn:
+        with self.connections.reading() as conn:
             exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL",
                                   [f"biomem.{index_name(owner_id)}"]).fetchone()[0]
         if not exists or not self.may_build:
             return
-        if getattr(self.store._local, "conn", None) is None:
+        if not self.connections.in_transaction:
             with self._locked(wait=False) as conn:
                 if conn is not None:
                     self._settle(conn, int(owner_id))
@@ -140,7 +140,7 @@ class OwnerGraphs:
         wait for another process that is settling graphs: the work goes to the background instead ({})."""
         if not self.may_build:
             return {}
-        if getattr(self.store._local, "conn", None) is not None:  # a build waits for every open transaction
+        if self.connections.in_transaction:  # a build waits for every open transaction
             wait = False
         with self._locked(wait=wait) as conn:
             if conn is None:
@@ -159,7 +159,7 @@ class OwnerGraphs:
                  f"ORDER BY 1")
         if conn is not None:
             return [int(r[0]) for r in conn.execute(query, [self.threshold])]
-        with self.store.owner_connection() as own:
+        with self.connections.owner_connection() as own:
             return [int(r[0]) for r in own.execute(query, [self.threshold])]
 
     def _settle(self, conn: psycopg.Connection, owner: int) -> str:
@@ -192,7 +192,7 @@ class OwnerGraphs:
         """An autocommit connection as the tables' owner holding the graphs' advisory lock (None when
         wait=False and another session holds it). Waiting polls: a session blocked in pg_advisory_lock
         is a transaction that the holder's CREATE INDEX CONCURRENTLY would wait for (a deadlock)."""
-        with psycopg.connect(self.store.url, autocommit=True, connect_timeout=30) as conn:
+        with self.connections.autocommit() as conn:
             while not conn.execute(f"SELECT pg_try_advisory_lock({_LOCK_KEY})").fetchone()[0]:
                 if not wait or self._stopped:
                     yield None

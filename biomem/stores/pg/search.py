@@ -30,7 +30,7 @@ from .graphs import OwnerGraphs, index_name
 
 if TYPE_CHECKING:
     from ..base import Within
-    from .store import PostgresStore
+    from .connections import Connections
 
 EF_SEARCH = 200  # hnsw.ef_search of a walk through a graph of EF_NOTES notes (benchmarks/pg_retrieval.py)
 EF_NOTES = 20_000  # ... and it grows with the square root of the graph's size, within [max(k, 40), 1000]
@@ -64,7 +64,7 @@ _WALK = ("SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterat
 
 
 class DatabaseSearch:
-    """biomem.stores.SearchIndex over a PostgresStore: every search is one query in the database (two
+    """biomem.stores.SearchIndex over a PostgresStore's connections: every search is one query in the database (two
     when a graph returned fewer than k notes).
 
     hnsw_threshold: partitions of at least this many notes get a graph of their own and walk it (None: never;
@@ -73,20 +73,20 @@ class DatabaseSearch:
         growing with the square root of the graph's size, as recall@10 needs (benchmarks/pg_retrieval.py).
     """
 
-    def __init__(self, store: PostgresStore, *, hnsw_threshold: int | None = None,
+    def __init__(self, connections: Connections, *, hnsw_threshold: int | None = None,
                  ef_search: int | None = None) -> None:
-        self.store = store
+        self.connections = connections
         self.hnsw_threshold = hnsw_threshold
         self.ef_search = ef_search
-        self.graphs = None if hnsw_threshold is None else OwnerGraphs(store, hnsw_threshold)
+        self.graphs = None if hnsw_threshold is None else OwnerGraphs(connections, hnsw_threshold)
         if self.graphs is not None:
-            store.on_close(self.graphs.stop)
+            connections.on_close(self.graphs.stop)
 
     def search(self, owner_id: int, query: np.ndarray, k: int,
                within: Within | None = None) -> list[tuple[int, float]]:
         """Top-k (note id, cosine) among the owner's notes, best first, ties oldest first; with `within`,
         among the notes it allows only (K of them when K qualify)."""
-        with self.store.transaction() as conn:
+        with self.connections.transaction() as conn:
             sql, args, graph = self._query(conn, owner_id, query, k, within)
             rows = conn.execute(sql, args).fetchall()
             if graph and len(rows) < k:  # the graph could not vouch for k: the exact scan can
@@ -97,7 +97,7 @@ class DatabaseSearch:
 
     def explain(self, owner_id: int, query: np.ndarray, k: int, within: Within | None = None) -> str:
         """The plan PostgreSQL runs for search(owner_id, query, k, within), as EXPLAIN prints it."""
-        with self.store.transaction() as conn:
+        with self.connections.transaction() as conn:
             sql, args, _ = self._query(conn, owner_id, query, k, within)
             return "\n".join(row[0] for row in conn.execute("EXPLAIN " + sql, args))
 
@@ -108,7 +108,7 @@ class DatabaseSearch:
         threshold, with this transaction's walk settings; else the exact scan."""
         owner = int(owner_id)
         if self.graphs is None:
-            self.store.admit(conn, [owner])
+            self.connections.admit(conn, [owner])
             return *self._exact(owner, query, k, within), False
         size = conn.execute(_ADMIT_AND_GRAPH, [f"{{{owner}}}", f"biomem.{index_name(owner)}"]).fetchone()[1]
         if size is None or size < self.graphs.threshold or (within is not None and within.only is not None
@@ -130,7 +130,7 @@ class DatabaseSearch:
 
     def size(self, owner_id: int) -> int:
         """Number of notes of one owner."""
-        with self.store.transaction([owner_id]) as conn:
+        with self.connections.transaction([owner_id]) as conn:
             return self._count(conn, owner_id)
 
     @staticmethod

@@ -10,25 +10,24 @@ template version live in the database, so every process sees the others' writes 
 from __future__ import annotations
 
 import secrets
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
-from psycopg_pool import ConnectionPool
 
 from ...errors import DuplicateLabelError, NotAuthorisedError, StoreCorruptError, UnknownIdentityError
 from ...settings import Settings
 from ...vocabulary import AttemptLimits
 from ..attempts import record_misses
-from ..base import COLUMNS, KEYS, THRESHOLD_COLUMNS, Derived, SealedTemplates, SearchIndex, without_password
+from ..base import COLUMNS, KEYS, THRESHOLD_COLUMNS, Derived, SealedTemplates, SearchIndex
 from ..groups import emptied_groups, erase_from_groups, erase_unreadable, hide_from_newcomer
 from ..labels import label_key, taken
 from ..records import GROUP_KEY_PREFIX, Group, Identity, check_id, metadata_json, now_iso
 from ..sealing import Sealer
+from .connections import Connections
 from .graphs import GRAPH_FLOOR, HNSW_THRESHOLD
 from .note_rows import PgNoteRows, as_array
 from .schema import APP_ROLE, MIGRATIONS, SCHEMA_VERSION
@@ -50,19 +49,14 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
 
     def __init__(self, url: str, *, key: bytes | None = None, settings: Settings | None = None,
                  pool_size: int = 8) -> None:
-        self.url = url
-        self.location = without_password(url)
+        self.connections = Connections(url, pool_size)
+        self.url, self.location = url, self.connections.location
         self.erasure_pending = False  # PostgreSQL's erasure is the server's (see checkpoint)
-        self.closed = False
-        self.owns_notes = False  # whether the URL's user owns the tables (builds and drops graphs), see _migrate
-        self._closers: list[Callable[[], None]] = []
-        self._local = threading.local()
         try:
             self._migrate()
-            self.pool = ConnectionPool(url, min_size=1, max_size=pool_size, configure=self._configure,
-                                       open=True, timeout=30, name="biomem")
         except psycopg.OperationalError as exc:
             raise StoreCorruptError(f"cannot reach PostgreSQL at {self.location}: {exc}") from exc
+        self.connections.open()
         self.sealer = self._open_key(key, settings)
 
     def _open_key(self, key: bytes | None, settings: Settings | None) -> Sealer:
@@ -75,29 +69,13 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
             sealer.verify(bytes.fromhex(self.get_meta("key_check")), b"key-check")
         return sealer
 
-    # connections
-    @staticmethod
-    def _configure(conn: psycopg.Connection) -> None:
-        """A pooled connection acts as the RLS-bound role (membership checked at open), with pgvector's types."""
-        conn.execute(f"SET ROLE {APP_ROLE}")
-        conn.execute("SET search_path = biomem, public")
-        register_vector(conn)
-        conn.commit()
-
-    @contextmanager
-    def owner_connection(self) -> Iterator[psycopg.Connection]:
-        """One transaction as the URL's own user, who owns the tables: migrations, DDL, copies and API keys."""
-        with psycopg.connect(self.url, connect_timeout=30) as conn:
-            conn.execute("SET search_path = biomem, public")
-            yield conn
-
     def _migrate(self) -> None:
         """Create the schema or bring it to SCHEMA_VERSION, one transaction under an advisory lock."""
         with self.owner_connection() as conn:
             self._check_member(conn)
             version = self._version(conn)
             if version == SCHEMA_VERSION:
-                self.owns_notes = self._owns_notes(conn)
+                self.connections.owns_notes = self._owns_notes(conn)
                 return
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('biomem schema'))")
             version = self._version(conn)  # another process may have done it while we waited
@@ -117,7 +95,7 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
             conn.execute("INSERT INTO biomem.meta VALUES ('schema_version', %s) ON CONFLICT (key) "
                          "DO UPDATE SET value = excluded.value", [str(SCHEMA_VERSION)])
             self._check_member(conn)
-            self.owns_notes = self._owns_notes(conn)
+            self.connections.owns_notes = self._owns_notes(conn)
 
     @staticmethod
     def _owns_notes(conn: psycopg.Connection) -> bool:
@@ -141,57 +119,28 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
         row = conn.execute("SELECT value FROM biomem.meta WHERE key = 'schema_version'").fetchone()
         return int(row[0]) if row else 0
 
-    @contextmanager
-    def transaction(self, owners: Iterable[int] | None = None) -> Iterator[psycopg.Connection]:
-        """One transaction on a pooled connection (joined by nested calls on this thread), admitting
-        the rows of `owners` (row-level security: nothing of anyone else is visible or writable)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            if owners is not None:
-                self.admit(conn, owners)
-            yield conn
-            return
-        with self.pool.connection() as conn:  # commits on success, rolls back on error
-            self._local.conn = conn
-            try:
-                if owners is not None:
-                    self.admit(conn, owners)
-                yield conn
-            finally:
-                self._local.conn = None
+    # connections (biomem.stores.pg.connections)
+    def transaction(self, owners: Iterable[int] | None = None) -> AbstractContextManager[psycopg.Connection]:
+        """One transaction admitting the rows of `owners`, joined by nested calls on this thread."""
+        return self.connections.transaction(owners)
 
-    @contextmanager
-    def reading(self) -> Iterator[psycopg.Connection]:
-        """A connection for one read statement that admits no owner: the current transaction's if there
-        is one, else a pooled connection in autocommit, which spares the BEGIN and COMMIT round trips."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            yield conn
-            return
-        with self.pool.connection() as conn:
-            conn.autocommit = True
-            try:
-                yield conn
-            finally:
-                conn.autocommit = False
+    def reading(self) -> AbstractContextManager[psycopg.Connection]:
+        """A connection for one read statement that admits no owner."""
+        return self.connections.reading()
 
-    @staticmethod
-    def admit(conn: psycopg.Connection, owners: Iterable[int]) -> None:
-        """Make `owners` the transaction's admitted owners (row-level security), replacing any others."""
-        admitted = "{" + ",".join(str(int(o)) for o in owners) + "}"
-        conn.execute("SELECT set_config('biomem.admitted', %s, true)", [admitted])
+    def owner_connection(self) -> AbstractContextManager[psycopg.Connection]:
+        """One transaction as the URL's own user: migrations, DDL, copies and API keys."""
+        return self.connections.owner_connection()
+
+    admit = staticmethod(Connections.admit)
+
+    @property
+    def closed(self) -> bool:
+        return self.connections.closed
 
     def close(self) -> None:
         """Stop background work (a graph being built is cancelled), close the pool; closing twice is harmless."""
-        if not self.closed:
-            for closer in self._closers:
-                closer()
-            self.pool.close()
-            self.closed = True
-
-    def on_close(self, closer: Callable[[], None]) -> None:
-        """Call `closer` when the store closes (a search index's background work)."""
-        self._closers.append(closer)
+        self.connections.close()
 
     def checkpoint(self, timeout: float = 10.0) -> None:
         """Nothing to do here: deleted rows are gone for every query at commit; the server's vacuum
@@ -205,7 +154,7 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
         makes a partition cross the threshold builds its graph in the background."""
         self.ensure_vector_index(dim, hnsw=False)
         threshold = max(HNSW_THRESHOLD if hnsw_threshold is None else int(hnsw_threshold), GRAPH_FLOOR)
-        search = DatabaseSearch(self, hnsw_threshold=threshold)
+        search = DatabaseSearch(self.connections, hnsw_threshold=threshold)
         search.index_partitions(wait=False)
         return search
 
