@@ -4,16 +4,16 @@
     mem = BioMemory.from_settings(settings)   # what the CLI and the web app serve
     print(markdown_table())                   # docs/configuration.md's table (python -m biomem.settings)
 
-Each field's metadata names its variable(s), says what it means, shows its default and which
-surfaces honour it (engine: `BioMemory` and the modules under it; CLI: `biomem`; app: the web
-demo, `python app.py`; serve: `biomem serve`, page, REST and MCP in one). A variable set to an
-empty string counts as unset. Booleans take 1/true/yes/on or 0/false/no/off. Nothing is read at
-import time: the engine, the CLI and the app each read the environment when they start (tests
-change it per test).
+`Settings` is a pydantic-settings model: each field names its variable (`validation_alias`), says what it
+means (`description`) and which surfaces honour it (engine: `BioMemory` and the modules under it; CLI:
+`biomem`; app: the web demo, `python app.py`; serve: `biomem serve`, page, REST and MCP in one); the table
+shows its default from the field itself. A variable set to an empty string counts as unset. Booleans take
+1/true/yes/on or 0/false/no/off. Nothing is read at import time: the engine, the CLI and the app each read
+the environment when they start (tests change it per test).
 
-BIOMEM_WEIGHTS, BIOMEM_CCNET_WEIGHTS and HF_HUB_OFFLINE are read by `modalities` (which
-imports nothing from `biomem`) through its own readers; the fields here show what they return,
-always from the process environment.
+BIOMEM_WEIGHTS, BIOMEM_CCNET_WEIGHTS and HF_HUB_OFFLINE are read by `modalities` (which imports nothing
+from `biomem`) through its own readers; the computed fields here show what they return, always from the
+process environment.
 """
 
 from __future__ import annotations
@@ -23,18 +23,29 @@ import logging
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any
+
+from pydantic import (
+    AliasChoices,
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    computed_field,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import ComputedFieldInfo, FieldInfo
+from pydantic_core import PydanticUndefined
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 import modalities.ccnet
 import modalities.weights
 
 from .errors import InvalidInputError
 from .vocabulary import DISCLOSURES, POLICIES, AttemptLimits
-
-T = TypeVar("T")
-Environ = Mapping[str, str]
 
 DEFAULT_TEXT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # The answer prompt's budget in the text encoder's word pieces: an 8,192-token model keeps room for the
@@ -47,24 +58,15 @@ EVERYWHERE = (ENGINE, CLI, APP)
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?")  # a DNS name: letters, digits, -, _ and dots
+# The defaults on a Hugging Face Space (SPACE_ID set), by field (Settings._space_defaults).
+SPACE_DEFAULTS: dict[str, Any] = {"disclosure": "demo", "load_demo": True, "trust_proxy": True, "host": "0.0.0.0"}
 
 
 # ---- parsing one value ----------------------------------------------------------------------------
 
-def _raw(env: Environ, name: str) -> str | None:
-    value = env.get(name, "").strip()
-    return value or None
-
-
-def _parsed(env: Environ, name: str, parse: Callable[[str], T], default: T) -> T:
-    """`parse` of variable `name`, or `default` when it is unset; a bad value names the variable."""
-    raw = _raw(env, name)
-    if raw is None:
-        return default
-    try:
-        return parse(raw)
-    except ValueError as exc:  # InvalidInputError is a ValueError too
-        raise InvalidInputError(f"{name}={raw!r}: {exc}") from None
+def _parsed(parse: Callable[[str], Any]) -> BeforeValidator:
+    """Parse a variable's text with `parse`; a value given in code (or a field's default) passes as it is."""
+    return BeforeValidator(lambda value: parse(value.strip()) if isinstance(value, str) else value)
 
 
 def _flag(text: str) -> bool:
@@ -92,14 +94,6 @@ def _one_of(allowed: tuple[str, ...]) -> Callable[[str], str]:
             raise ValueError(f"use one of {', '.join(allowed)}")
         return text
     return parse
-
-
-def _policy(env: Environ) -> str:
-    return _parsed(env, "BIOMEM_POLICY", _one_of(POLICIES), "best")
-
-
-def _disclosure(env: Environ) -> str:
-    return _parsed(env, "BIOMEM_DISCLOSURE", _one_of(DISCLOSURES), "demo" if _on_space(env) else "private")
 
 
 def llm_spec(spec: str) -> tuple[str, str]:
@@ -170,173 +164,207 @@ def _address(text: str) -> bool:
     return True
 
 
-def _allowed_hosts(env: Environ) -> tuple[str, ...]:
-    return (_parsed(env, "BIOMEM_ALLOWED_HOSTS", _host_names, ())
-            + _parsed(env, "SPACE_HOST", _host_names, ()))
+def _setting(variable: str | AliasChoices, meaning: str, surfaces: tuple[str, ...], default: Any = PydanticUndefined,
+             *, shown: str = "", argument: str = "", **options: Any) -> Any:
+    """A field read from `variable`, with what docs/configuration.md's table says of it; `shown` stands for a
+    default that is not a plain value (computed, or the engine's)."""
+    return Field(default, validation_alias=variable, description=meaning,
+                 json_schema_extra={"surfaces": list(surfaces), "shown": shown, "argument": argument}, **options)
 
 
-def _on_space(env: Environ) -> bool:
-    return _raw(env, "SPACE_ID") is not None
+def _modalities_reads(variable: str, meaning: str, shown: str, argument: str = "") -> Callable[[Any], Any]:
+    """A computed field showing what `modalities` reads from `variable`, with its row of the table."""
+    return computed_field(description=meaning, json_schema_extra={
+        "variable": variable, "surfaces": list(EVERYWHERE), "shown": shown, "argument": argument})
 
 
-def _port_of(env: Environ) -> int:
-    gradio = _parsed(env, "GRADIO_SERVER_PORT", _port, None)
-    port = _parsed(env, "PORT", _port, 7860)
-    return gradio or port
-
-
-def _key_file(env: Environ) -> Path:
-    explicit = _raw(env, "BIOMEM_KEY_FILE")
-    if explicit:
-        return Path(explicit).expanduser()
-    return Path(_raw(env, "XDG_CONFIG_HOME") or Path.home() / ".config") / "biomem" / "key"
-
-
-def _cache(env: Environ) -> Path:
-    return Path(_raw(env, "XDG_CACHE_HOME") or Path.home() / ".cache") / "biomem"
-
-
-def _setting(env: tuple[str, ...], meaning: str, default: str, surfaces: tuple[str, ...],
-             read: Callable[[Environ], Any], *, argument: str = "", secret: bool = False) -> Any:
-    """A Settings field: how it is read and what the table in docs/configuration.md says about it."""
-    return field(repr=not secret, metadata={"env": env, "meaning": meaning, "default": default,
-                                            "surfaces": surfaces, "argument": argument, "read": read})
+HostNames = Annotated[tuple[str, ...], _parsed(_host_names)]
+Flag = Annotated[bool, _parsed(_flag)]
 
 
 # ---- the settings ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(BaseSettings):
     """Every setting, read from the environment once by `from_env`; override one with
-    `dataclasses.replace(settings, policy="all")`. Secrets are left out of repr()."""
+    `settings.model_copy(update={"policy": "all"})`. Secrets are left out of repr()."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, env_ignore_empty=True, enable_decoding=False,
+                                      extra="ignore", frozen=True, str_strip_whitespace=True)
 
     db: str = _setting(
-        ("BIOMEM_DB",), "the store: an SQLite file (its derived indexes in `<db>.index/`) or a "
-        "`postgresql://` URL (see Storage)", "`biomem.db`",
-        (CLI, APP), lambda env: _raw(env, "BIOMEM_DB") or "biomem.db", argument="`BioMemory(path)`, `--db`",
-        secret=True)  # a PostgreSQL URL may carry a password
+        "BIOMEM_DB", "the store: an SQLite file (its derived indexes in `<db>.index/`) or a `postgresql://` URL "
+        "(see Storage)", (CLI, APP), "biomem.db", argument="`BioMemory(path)`, `--db`",
+        repr=False)  # a PostgreSQL URL may carry a password
     encoder: str | None = _setting(
-        ("BIOMEM_ENCODER",), "biometric encoder of a new store (stored in it when created)",
-        "`face-arcface-s`", EVERYWHERE, lambda env: _raw(env, "BIOMEM_ENCODER"),
-        argument="`encoder=`, `--encoder`")
+        "BIOMEM_ENCODER", "biometric encoder of a new store (stored in it when created)", EVERYWHERE, None,
+        shown="`face-arcface-s`", argument="`encoder=`, `--encoder`")
     text_model: str = _setting(
-        ("BIOMEM_TEXT_MODEL",), "sentence encoder: a local folder or `org/name` on the Hub",
-        f"`{DEFAULT_TEXT_MODEL}`", EVERYWHERE, lambda env: _raw(env, "BIOMEM_TEXT_MODEL") or DEFAULT_TEXT_MODEL,
-        argument="`text_model=`")
-    llm: str = _setting(
-        ("BIOMEM_LLM",), "`offline`, `openai:<model>` (OpenAI, vLLM, Ollama, llama.cpp, HF router) or "
-        "`hf:<model-id, folder or .gguf file>` (local transformers)", "`offline`", EVERYWHERE,
-        lambda env: _parsed(env, "BIOMEM_LLM", _llm, "offline"), argument="`llm=`, `--llm`")
+        "BIOMEM_TEXT_MODEL", "sentence encoder: a local folder or `org/name` on the Hub", EVERYWHERE,
+        DEFAULT_TEXT_MODEL, argument="`text_model=`")
+    llm: Annotated[str, _parsed(_llm)] = _setting(
+        "BIOMEM_LLM", "`offline`, `openai:<model>` (OpenAI, vLLM, Ollama, llama.cpp, HF router) or "
+        "`hf:<model-id, folder or .gguf file>` (local transformers)", EVERYWHERE, "offline",
+        argument="`llm=`, `--llm`")
     openai_base_url: str | None = _setting(
-        ("OPENAI_BASE_URL",), "endpoint of the `openai:` LLM", "OpenAI's", EVERYWHERE,
-        lambda env: _raw(env, "OPENAI_BASE_URL"), argument="`OpenAIChat(base_url=)`")
-    openai_api_key: str | None = _setting(
-        ("OPENAI_API_KEY",), "API key of the `openai:` LLM (a Space secret)", "`not-needed`", EVERYWHERE,
-        lambda env: _raw(env, "OPENAI_API_KEY"), argument="`OpenAIChat(api_key=)`", secret=True)
-    policy: str = _setting(
-        ("BIOMEM_POLICY",), "gate policy: `best` admits only the best-matching identity, `all` every "
-        "identity at or above τ (the paper's literal rule)", "`best`", (CLI, APP), _policy,
-        argument="`policy=`, `--policy`")
-    disclosure: str = _setting(
-        ("BIOMEM_DISCLOSURE",), "what a requester learns about others: `private` or `demo` "
-        "(sample people only, see Security model)", "`private` (`demo` on a Space and in the Dockerfile)", EVERYWHERE,
-        _disclosure,
-        argument="`disclosure=`")
-    attempts: AttemptLimits | None = _setting(
-        ("BIOMEM_ATTEMPTS",), "attempt limits per client address: `MISSES/WINDOW[/COOLDOWN]` seconds (the pace of "
+        "OPENAI_BASE_URL", "endpoint of the `openai:` LLM", EVERYWHERE, None, shown="OpenAI's",
+        argument="`OpenAIChat(base_url=)`")
+    openai_api_key: SecretStr = _setting(
+        "OPENAI_API_KEY", "API key of the `openai:` LLM (a Space secret)", EVERYWHERE, SecretStr("not-needed"),
+        argument="`OpenAIChat(api_key=)`")
+    policy: Annotated[str, _parsed(_one_of(POLICIES))] = _setting(
+        "BIOMEM_POLICY", "gate policy: `best` admits only the best-matching identity, `all` every identity at "
+        "or above τ (the paper's literal rule)", (CLI, APP), "best", argument="`policy=`, `--policy`")
+    disclosure: Annotated[str, _parsed(_one_of(DISCLOSURES))] = _setting(
+        "BIOMEM_DISCLOSURE", "what a requester learns about others: `private` or `demo` (sample people only, "
+        "see Security model)", EVERYWHERE, "private", argument="`disclosure=`")
+    attempts: Annotated[AttemptLimits | None, _parsed(AttemptLimits.parse)] = _setting(
+        "BIOMEM_ATTEMPTS", "attempt limits per client address: `MISSES/WINDOW[/COOLDOWN]` seconds (the pace of "
         "any misses, past which only the step-up τ admits for COOLDOWN), or `off`; the daily budget and the "
-        "near-miss rules are in the Gate page",
-        "`20/60/60`; budget 5,000 / enrolled people a day; 5 near-misses per 10 min",
-        (ENGINE, APP),
-        lambda env: _parsed(env, "BIOMEM_ATTEMPTS", AttemptLimits.parse, AttemptLimits()), argument="`limits=`")
-    target_fpir: float = _setting(
-        ("BIOMEM_TARGET_FPIR",), "the false-positive identification rate (a stranger taken for someone enrolled) "
-        "a calibrated τ must keep: enrolling past the N where 1 − (1 − FMR(τ))^N exceeds it is refused until τ is "
-        "raised; an uncalibrated τ limits nothing (see Gate)", f"`{DEFAULT_TARGET_FPIR}`", EVERYWHERE,
-        lambda env: _parsed(env, "BIOMEM_TARGET_FPIR", _rate, DEFAULT_TARGET_FPIR), argument="`mem.target_fpir`")
-    prompt_tokens: int = _setting(
-        ("BIOMEM_PROMPT_TOKENS",), "budget of the answer prompt in the text encoder's word pieces: the "
-        "lowest-ranked notes are left out first, and the answer says how many (`omitted`)",
-        f"`{DEFAULT_PROMPT_TOKENS}`", EVERYWHERE,
-        lambda env: _parsed(env, "BIOMEM_PROMPT_TOKENS", _prompt_tokens, DEFAULT_PROMPT_TOKENS),
+        "near-miss rules are in the Gate page", (ENGINE, APP), default_factory=AttemptLimits,
+        shown="`20/60/60`; budget 5,000 / enrolled people a day; 5 near-misses per 10 min", argument="`limits=`")
+    target_fpir: Annotated[float, _parsed(_rate)] = _setting(
+        "BIOMEM_TARGET_FPIR", "the false-positive identification rate (a stranger taken for someone enrolled) a "
+        "calibrated τ must keep: enrolling past the N where 1 − (1 − FMR(τ))^N exceeds it is refused until τ is "
+        "raised; an uncalibrated τ limits nothing (see Gate)", EVERYWHERE, DEFAULT_TARGET_FPIR,
+        argument="`mem.target_fpir`")
+    prompt_tokens: Annotated[int, _parsed(_prompt_tokens)] = _setting(
+        "BIOMEM_PROMPT_TOKENS", "budget of the answer prompt in the text encoder's word pieces: the lowest-ranked "
+        "notes are left out first, and the answer says how many (`omitted`)", EVERYWHERE, DEFAULT_PROMPT_TOKENS,
         argument="`prompt_tokens=`")
-    tau: dict[str | None, float] = _setting(
-        ("BIOMEM_TAU",), "τ stored at start-up, e.g. `face-arcface-s=0.43,palm-compcode=0.3`; "
-        "a bare number is the default encoder's", "the stored τ", (CLI, APP),
-        lambda env: _parsed(env, "BIOMEM_TAU", _taus, {}), argument="`mem.set_threshold(tau, modality)`")
-    key: str | None = _setting(
-        ("BIOMEM_KEY",), "template key (URL-safe base64, 32 bytes)", "the key file", EVERYWHERE,
-        lambda env: _raw(env, "BIOMEM_KEY"), argument="`key=`", secret=True)
-    key_file: Path = _setting(
-        ("BIOMEM_KEY_FILE", "XDG_CONFIG_HOME"), "key file, made on first use with mode 0600",
-        "`$XDG_CONFIG_HOME/biomem/key` (`~/.config/biomem/key`)", EVERYWHERE, _key_file,
-        argument="`biomem rekey --key-file`")
-    weights: Path = _setting(
-        ("BIOMEM_WEIGHTS",), "folder of hand-placed or converted encoder weights (read by `modalities`)",
-        "`weights`", EVERYWHERE, lambda env: modalities.weights.weights_dir())
-    ccnet_weights: str = _setting(
-        ("BIOMEM_CCNET_WEIGHTS",), "CCNet palm checkpoint (read by `modalities`)",
-        "`ccnet.pth` in the weights folder", EVERYWHERE, lambda env: modalities.ccnet.default_weights(),
-        argument="`CCNetEncoder(weights=)`")
-    hub_offline: bool = _setting(
-        ("HF_HUB_OFFLINE",), "no Hugging Face Hub downloads: models from the cache or pip packages "
-        "(read by `modalities`)", "off", EVERYWHERE, lambda env: modalities.weights.hub_offline())
-    cache: Path = _setting(
-        ("XDG_CACHE_HOME",), "caches, in `$XDG_CACHE_HOME/biomem`: `onnx/` the text encoder's onnxruntime "
-        "export (made from the loaded model on first use), `locomo/` LoCoMo data and cached ingestions of "
-        "`biomem eval locomo`", "`~/.cache`", EVERYWHERE, _cache,
-        argument="`TextEncoder(onnx_cache=)`, `--cache-dir`")
-    on_space: bool = _setting(
-        ("SPACE_ID",), "set by Hugging Face on a Space: the defaults marked \"on a Space\"", "unset",
-        EVERYWHERE, _on_space)
+    tau: Annotated[dict[str | None, float], _parsed(_taus)] = _setting(
+        "BIOMEM_TAU", "τ stored at start-up, e.g. `face-arcface-s=0.43,palm-compcode=0.3`; a bare number is the "
+        "default encoder's", (CLI, APP), default_factory=dict, shown="the stored τ",
+        argument="`mem.set_threshold(tau, modality)`")
+    key: SecretStr | None = _setting(
+        "BIOMEM_KEY", "template key (URL-safe base64, 32 bytes)", EVERYWHERE, None, shown="the key file",
+        argument="`key=`")
+    config_home: Path = _setting(
+        "XDG_CONFIG_HOME", "configuration folder: the default key file is `biomem/key` in it", EVERYWHERE,
+        default_factory=lambda: Path.home() / ".config", shown="`~/.config`")
+    key_file: Annotated[Path, _parsed(lambda text: Path(text).expanduser())] = _setting(
+        "BIOMEM_KEY_FILE", "key file, made on first use with mode 0600", EVERYWHERE,
+        default_factory=lambda data: data["config_home"] / "biomem" / "key",
+        shown="`$XDG_CONFIG_HOME/biomem/key`", argument="`biomem rekey --key-file`")
+    cache: Annotated[Path, _parsed(lambda text: Path(text) / "biomem")] = _setting(
+        "XDG_CACHE_HOME", "caches, in `$XDG_CACHE_HOME/biomem`: `onnx/` the text encoder's onnxruntime export "
+        "(made from the loaded model on first use), `locomo/` LoCoMo data and cached ingestions of "
+        "`biomem eval locomo`", EVERYWHERE, default_factory=lambda: Path.home() / ".cache" / "biomem",
+        shown="`~/.cache`", argument="`TextEncoder(onnx_cache=)`, `--cache-dir`")
+    on_space: Annotated[bool, _parsed(bool)] = _setting(
+        "SPACE_ID", "set by Hugging Face on a Space: the defaults marked \"on a Space\"", EVERYWHERE, False,
+        shown="unset")
     palm_encoder: str = _setting(
-        ("BIOMEM_PALM_ENCODER",), "palm encoder of the demo's synthetic palms", "`palm-compcode`", (APP, SERVE),
-        lambda env: _raw(env, "BIOMEM_PALM_ENCODER") or "palm-compcode")
-    load_demo: bool = _setting(
-        ("BIOMEM_LOAD_DEMO",), "build the demo at start-up if the store is empty",
-        "on on a Space and in the Dockerfile, else off",
-        (APP, SERVE), lambda env: _parsed(env, "BIOMEM_LOAD_DEMO", _flag, _on_space(env)))
-    admin: bool = _setting(
-        ("BIOMEM_ADMIN",), "allow server-side actions: LoCoMo import from a path, folder calibration, "
-        "storing τ", "off, on every launch path", (APP, SERVE), lambda env: _parsed(env, "BIOMEM_ADMIN", _flag, False))
-    trust_proxy: bool = _setting(
-        ("BIOMEM_TRUST_PROXY",), "client address (for attempt limits) from the last `X-Forwarded-For` hop "
-        "(off: the socket's peer, whatever that header says)",
-        "on on a Space, else off", (APP, SERVE),
-        lambda env: _parsed(env, "BIOMEM_TRUST_PROXY", _flag, _on_space(env)))
-    allowed_hosts: tuple[str, ...] = _setting(
-        ("BIOMEM_ALLOWED_HOSTS", "SPACE_HOST"), "names besides `localhost`, `127.0.0.1`, `[::1]` and the bind address "
-        "(unless `0.0.0.0`) that the page, and a keyless REST caller, may be reached by, comma-separated: any other "
-        "Host or Origin is refused (DNS rebinding, cross-site posts; see Security model)",
-        "none; on a Space its own name (`SPACE_HOST`, set by Hugging Face)", (APP, SERVE), _allowed_hosts)
-    locomo: str = _setting(
-        ("BIOMEM_LOCOMO",), "path offered for the LoCoMo import", "empty", (APP, SERVE),
-        lambda env: _raw(env, "BIOMEM_LOCOMO") or "")
-    log_level: str = _setting(
-        ("BIOMEM_LOG",), "log level", "`INFO`", (APP, SERVE),
-        lambda env: _parsed(env, "BIOMEM_LOG", _log_level, "INFO"))
-    host: str = _setting(
-        ("GRADIO_SERVER_NAME",), "bind address", "`127.0.0.1` (`0.0.0.0` on a Space and in the Dockerfile)",
-        (APP, SERVE), lambda env: _raw(env, "GRADIO_SERVER_NAME") or ("0.0.0.0" if _on_space(env) else "127.0.0.1"))
-    port: int = _setting(
-        ("GRADIO_SERVER_PORT", "PORT"), "HTTP port (the first one set)", "7860", (APP, SERVE), _port_of)
+        "BIOMEM_PALM_ENCODER", "palm encoder of the demo's synthetic palms", (APP, SERVE), "palm-compcode")
+    load_demo: Flag = _setting(
+        "BIOMEM_LOAD_DEMO", "build the demo at start-up if the store is empty", (APP, SERVE), False)
+    admin: Flag = _setting(
+        "BIOMEM_ADMIN", "allow server-side actions: LoCoMo import from a path, folder calibration, storing τ "
+        "(no launch path turns it on)", (APP, SERVE), False)
+    trust_proxy: Flag = _setting(
+        "BIOMEM_TRUST_PROXY", "client address (for attempt limits) from the last `X-Forwarded-For` hop (off: the "
+        "socket's peer, whatever that header says)", (APP, SERVE), False)
+    space_host: HostNames = _setting(
+        "SPACE_HOST", "set by Hugging Face on a Space: its own name, allowed besides `BIOMEM_ALLOWED_HOSTS`",
+        (APP, SERVE), ())
+    allowed_hosts: HostNames = _setting(
+        "BIOMEM_ALLOWED_HOSTS", "names besides `localhost`, `127.0.0.1`, `[::1]`, the bind address (unless "
+        "`0.0.0.0`) and `SPACE_HOST` that the page, and a keyless REST caller, may be reached by, "
+        "comma-separated: any other Host or Origin is refused (DNS rebinding, cross-site posts; see Security "
+        "model)", (APP, SERVE), (), validate_default=True)
+    locomo: str = _setting("BIOMEM_LOCOMO", "path offered for the LoCoMo import", (APP, SERVE), "")
+    log_level: Annotated[str, _parsed(_log_level)] = _setting("BIOMEM_LOG", "log level", (APP, SERVE), "INFO")
+    host: str = _setting("GRADIO_SERVER_NAME", "bind address", (APP, SERVE), "127.0.0.1")
+    port: Annotated[int, _parsed(_port)] = _setting(
+        AliasChoices("GRADIO_SERVER_PORT", "PORT"), "HTTP port (the first one set)", (APP, SERVE), 7860)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _space_defaults(cls, data: Any) -> Any:
+        """On a Hugging Face Space (SPACE_ID set) the unset variables of SPACE_DEFAULTS take their Space value."""
+        if not isinstance(data, dict) or not str(data.get("SPACE_ID", "")).strip():
+            return data
+        space = {cls.model_fields[name].validation_alias: value for name, value in SPACE_DEFAULTS.items()}
+        return {**space, **data}
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _and_the_spaces_own_name(cls, hosts: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        """The Space's own name is always allowed, whatever BIOMEM_ALLOWED_HOSTS adds."""
+        return (*hosts, *info.data.get("space_host", ()))
+
+    @_modalities_reads("BIOMEM_WEIGHTS", "folder of hand-placed or converted encoder weights (read by `modalities`)",
+                       "`weights`")
+    @property
+    def weights(self) -> Path:
+        return modalities.weights.weights_dir()
+
+    @_modalities_reads("BIOMEM_CCNET_WEIGHTS", "CCNet palm checkpoint (read by `modalities`)",
+                       "`ccnet.pth` in the weights folder", "`CCNetEncoder(weights=)`")
+    @property
+    def ccnet_weights(self) -> str:
+        return modalities.ccnet.default_weights()
+
+    @_modalities_reads("HF_HUB_OFFLINE", "no Hugging Face Hub downloads: models from the cache or pip packages "
+                       "(read by `modalities`)", "off")
+    @property
+    def hub_offline(self) -> bool:
+        return modalities.weights.hub_offline()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Every setting from `environ` (default os.environ); a bad value is an InvalidInputError
-        naming its variable."""
-        env = os.environ if environ is None else environ
-        return cls(**{f.name: f.metadata["read"](env) for f in fields(cls)})
+        """Every setting from `environ` (default os.environ, through pydantic-settings' environment source);
+        a bad value is an InvalidInputError naming its variable."""
+        try:
+            if environ is None:
+                return cls()
+            return cls.model_validate({name: value for name, value in environ.items() if value != ""})
+        except ValidationError as exc:
+            raise _invalid(exc, os.environ if environ is None else environ) from None
+
+
+def _invalid(exc: ValidationError, env: Mapping[str, str]) -> InvalidInputError:
+    """The first bad value as `NAME='value': reason`, naming the variable set (of a field's choices, the one read)."""
+    error = exc.errors()[0]
+    field = next(field for field, names in variables().items() if error["loc"][0] in names)
+    name = next(name for name in variables()[field] if env.get(name))
+    return InvalidInputError(f"{name}={env[name]!r}: {error.get('ctx', {}).get('error', error['msg'])}")
+
+
+def variables() -> dict[str, tuple[str, ...]]:
+    """The environment variables of each field, the first set winning (a computed field's: what `modalities` reads)."""
+    named: dict[str, tuple[str, ...]] = {}
+    for name, info in Settings.model_fields.items():
+        alias = info.validation_alias
+        named[name] = tuple(alias.choices) if isinstance(alias, AliasChoices) else (alias,)
+    for name, computed in Settings.model_computed_fields.items():
+        named[name] = (computed.json_schema_extra["variable"],)
+    return named
+
+
+def _shown(value: Any) -> str:
+    """A default as the table shows it."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value in ("", ()):
+        return "none"
+    return f"`{value.get_secret_value() if isinstance(value, SecretStr) else value}`"
+
+
+def _default(name: str, info: FieldInfo | ComputedFieldInfo) -> str:
+    """The default column of field `name`: its `shown` text or its default, and its value on a Space."""
+    shown = info.json_schema_extra["shown"] or _shown(info.default)
+    return f"{shown} ({_shown(SPACE_DEFAULTS[name])} on a Space)" if name in SPACE_DEFAULTS else shown
 
 
 def markdown_table() -> str:
-    """The configuration table of docs/configuration.md, one row per setting, from the fields' metadata."""
+    """The configuration table of docs/configuration.md, one row per field, from the fields."""
     rows = ["| variable | meaning | default | used by | argument |",
             "|---|---|---|---|---|"]
-    for f in fields(Settings):
-        meta = f.metadata
-        rows.append(f"| {', '.join(f'`{name}`' for name in meta['env'])} | {meta['meaning']} | {meta['default']} "
-                    f"| {', '.join(meta['surfaces'])} | {meta['argument'] or '—'} |")
+    named = variables()
+    for name, info in {**Settings.model_fields, **Settings.model_computed_fields}.items():
+        extra = info.json_schema_extra
+        rows.append(f"| {', '.join(f'`{variable}`' for variable in named[name])} | {info.description} "
+                    f"| {_default(name, info)} | {', '.join(extra['surfaces'])} | {extra['argument'] or '—'} |")
     return "\n".join(rows) + "\n"
 
 

@@ -5,7 +5,6 @@ event, and each one, called the way an outsider would call it, opens only for th
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 
 import httpx
@@ -48,7 +47,7 @@ def keyed(tmp_path_factory, text_encoder, face_encoder):
     mem = BioMemory(tmp_path_factory.mktemp("access") / "a.db", text_model=text_encoder, encoder=face_encoder)
     build_demo(mem)
     keys = {role: create_key(mem.store, role, role)[0] for role in ("agent", "admin")}
-    app = create_app(mem, dataclasses.replace(Settings.from_env(), host="127.0.0.1"))
+    app = create_app(mem, Settings.from_env().model_copy(update={"host": "127.0.0.1"}))
     with served(app) as url, httpx.Client(base_url=url, timeout=60) as http:
         yield mem, app, keys, http
     mem.close()

@@ -10,7 +10,6 @@ The morph table and the capture rates of the docs (docs/gate.md) are printed by
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import itertools
 from collections.abc import Callable
@@ -290,7 +289,7 @@ def test_my_households_says_the_gate_could_not_tell_and_names_nobody(look_alikes
 def test_rest_says_the_gate_could_not_tell_and_names_nobody(look_alikes):
     mem, _, _, morph = look_alikes
     key = create_key(mem.store, "agent", "agent")[0]
-    settings = dataclasses.replace(Settings.from_env(), host="127.0.0.1")
+    settings = Settings.from_env().model_copy(update={"host": "127.0.0.1"})
     with served(create_app(mem, settings)) as url, httpx.Client(base_url=url, timeout=60) as http:
         def call(path: str, **data) -> httpx.Response:
             return http.post(f"/v1{path}", headers={"Authorization": f"Bearer {key}"},

@@ -9,7 +9,6 @@ operations, one opens with its "Try it out" button, and no request left 127.0.0.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterator
 from urllib.parse import urlparse
@@ -34,7 +33,7 @@ def url(tmp_path_factory, text_encoder) -> Iterator[str]:
     """The REST API and MCP (no page) over an empty store that holds a key, so the API needs one."""
     mem = BioMemory(tmp_path_factory.mktemp("docs") / "docs.db", text_model=text_encoder, limits="off")
     create_key(mem.store, "agent", "agent")
-    settings = dataclasses.replace(Settings.from_env(), host="127.0.0.1")
+    settings = Settings.from_env().model_copy(update={"host": "127.0.0.1"})
     with served(create_app(mem, settings, ui=False)) as base:
         yield base
     mem.close()

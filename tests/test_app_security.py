@@ -7,7 +7,6 @@ left in Gradio's cache, a crafted upload path) and shows that it fails now.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from unittest import mock
@@ -169,7 +168,7 @@ def test_the_names_a_request_may_reach_this_server_by():
                                   "SPACE_HOST": "someone-bio-memory.hf.space"})
     names = served_names(settings)
     assert names == {"192.168.1.5", "kiosk.lan", "fe80::1", "someone-bio-memory.hf.space"}
-    assert served_names(dataclasses.replace(settings, host="0.0.0.0", allowed_hosts=())) == frozenset()
+    assert served_names(settings.model_copy(update={"host": "0.0.0.0", "allowed_hosts": ()})) == frozenset()
     for headers in ({"host": "localhost:7860"}, {"host": "127.0.0.1", "origin": "http://[::1]:7860"},
                     {"host": "KIOSK.lan:80", "origin": "https://kiosk.lan"}, {"host": "[fe80:0::1]:7860"},
                     {"host": "192.168.1.5:7860"}, {"host": "someone-bio-memory.hf.space"}, {}):
@@ -196,7 +195,7 @@ def test_a_forged_x_forwarded_for_from_loopback_does_not_change_the_attempt_limi
         assert ask(Client(served.url, verbose=False, headers=forged), stranger)["gate"]["matched"] is False
     assert keys and all("address:127.0.0.1" in k and "address:203.0.113.9" not in k for k in keys), keys
     keys.clear()
-    behind_proxy = dataclasses.replace(Settings.from_env(), trust_proxy=True)
+    behind_proxy = Settings.from_env().model_copy(update={"trust_proxy": True})
     with served_app(mem, tmp_path / "proxied", settings=behind_proxy) as served:
         assert ask(Client(served.url, verbose=False, headers=forged), stranger)["gate"]["matched"] is False
     assert keys and all("address:203.0.113.9" in k for k in keys), keys

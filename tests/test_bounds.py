@@ -7,7 +7,6 @@ showed "evil" as "live" on the page, and a label could hold it too.
 
 from __future__ import annotations
 
-import dataclasses
 import unicodedata
 
 import pytest
@@ -86,7 +85,7 @@ def test_a_note_past_the_maximum_is_refused_everywhere_and_writes_nothing(owner,
 def test_rest_refuses_a_long_note_with_the_engine_s_typed_error(owner):
     mem, ana = owner
     key = create_key(mem.store, "operator", "admin")[0]
-    app = create_app(mem, dataclasses.replace(Settings.from_env(), host="127.0.0.1"), ui=False, mcp=False)
+    app = create_app(mem, Settings.from_env().model_copy(update={"host": "127.0.0.1"}), ui=False, mcp=False)
     with TestClient(app, base_url="http://127.0.0.1") as http:
         reply = http.post("/v1/memories", headers={"Authorization": f"Bearer {key}"},
                           json={"text": text(MAX_NOTE_CHARS + 1), "identity": ana.id, "infer": False})

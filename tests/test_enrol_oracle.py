@@ -9,7 +9,6 @@ the operator in-process and an admin key still get the precise one.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 from pathlib import Path
 from types import SimpleNamespace
@@ -130,7 +129,7 @@ def api(limited):
     """REST over the limited store with an agent and an admin key (TestClient: no socket, no port)."""
     mem, ana = limited
     keys = {role: create_key(mem.store, role, role)[0] for role in ("agent", "admin")}
-    app = create_app(mem, dataclasses.replace(Settings.from_env(), host="127.0.0.1"), ui=False, mcp=False)
+    app = create_app(mem, Settings.from_env().model_copy(update={"host": "127.0.0.1"}), ui=False, mcp=False)
     with TestClient(app, base_url="http://127.0.0.1") as http:
         def enrol(label: str, image: np.ndarray, role: str = "agent"):
             return http.post("/v1/identities", headers={"Authorization": f"Bearer {keys[role]}"},

@@ -3,7 +3,6 @@ rule-of-three floor, stats and /v1/health, and enrolment refused past the size a
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import httpx
@@ -165,7 +164,7 @@ def test_stats_and_admin_health_show_what_tau_guards(make_memory):
     assert mem.stats()["identification"][SYNTH] == expected
     admin = create_key(mem.store, "admin", "admin")[0]
     agent = create_key(mem.store, "agent", "agent")[0]
-    app = create_app(mem, dataclasses.replace(Settings.from_env(), host="127.0.0.1"), ui=False, mcp=False)
+    app = create_app(mem, Settings.from_env().model_copy(update={"host": "127.0.0.1"}), ui=False, mcp=False)
     with served(app) as url, httpx.Client(base_url=url, timeout=60) as http:
         shown = http.get("/v1/health", headers={"Authorization": f"Bearer {admin}"}).json()
         assert shown["store"]["identification"][SYNTH] == expected

@@ -75,7 +75,7 @@ def target(tmp_path_factory, text_encoder, face_encoder) -> Iterator[SimpleNames
     keys = {role: create_key(mem.store, role, role) for role in ("agent", "admin")}
     handler = Tracebacks()
     loggers = [logging.getLogger(), logging.getLogger("uvicorn")]
-    app = create_app(mem, dataclasses.replace(Settings.from_env(), host="127.0.0.1"), ui=False)
+    app = create_app(mem, Settings.from_env().model_copy(update={"host": "127.0.0.1"}), ui=False)
     with served(app) as url, httpx.Client(base_url=url, timeout=120) as http:
         for logger in loggers:
             logger.addHandler(handler)

@@ -11,7 +11,6 @@ the large ones once per module.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import io
 import struct
 import subprocess
@@ -144,7 +143,7 @@ def service(tmp_path_factory, text_encoder, face_encoder, faces, photos) -> Iter
                     encoder=face_encoder, limits="off")
     ids = {"Ana": mem.enroll("Ana", [faces[ANA]]).id, "Ben": mem.enroll("Ben", [photos.ben]).id}
     key = create_key(mem.store, "agent", "agent")[0]
-    app = create_app(mem, dataclasses.replace(Settings.from_env(), host="127.0.0.1"))
+    app = create_app(mem, Settings.from_env().model_copy(update={"host": "127.0.0.1"}))
     with served(app) as url, httpx.Client(base_url=url, timeout=120,
                                           headers={"Authorization": f"Bearer {key}"}) as http:
         yield SimpleNamespace(mem=mem, ids=ids, http=http)

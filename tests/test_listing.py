@@ -7,7 +7,6 @@ A capture that clears τ but not the step-up τ still reads a few notes by meani
 
 from __future__ import annotations
 
-import dataclasses
 import io
 
 import httpx
@@ -86,7 +85,7 @@ def test_a_probe_that_only_clears_tau_cannot_list_through_search(crowded, captur
 def test_rest_applies_the_same_rule_and_bound(crowded, capture):
     mem, _ = crowded
     key = create_key(mem.store, "agent", "agent")[0]
-    app = create_app(mem, dataclasses.replace(Settings.from_env(), host="127.0.0.1"), ui=False, mcp=False)
+    app = create_app(mem, Settings.from_env().model_copy(update={"host": "127.0.0.1"}), ui=False, mcp=False)
     probe = png(capture(ALICE, 3))
     with served(app) as url, httpx.Client(base_url=url, timeout=60) as http:
         def call(path: str, **fields) -> httpx.Response:

@@ -4,7 +4,6 @@ while the service still authenticates keys and the operator still creates, lists
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 from contextlib import closing
 
@@ -65,7 +64,7 @@ def test_the_service_authenticates_keys_the_operator_creates_lists_and_revokes(p
         with closing(app_connection(url)) as conn:  # the lookup the engine's role may make: by digest, unrevoked
             assert conn.execute("SELECT * FROM api_key(%s)", [digest(agent)]).fetchall() == [
                 (agent_key.id, "kiosk", "agent")]
-        settings = dataclasses.replace(Settings.from_env(), host="127.0.0.1")
+        settings = Settings.from_env().model_copy(update={"host": "127.0.0.1"})
         with served(create_app(mem, settings, ui=False, mcp=False)) as url_of_service, \
                 httpx.Client(base_url=url_of_service, timeout=60) as http:
             def refusal(secret: str) -> str:  # a route for keys only: a known key is refused for want of a session

@@ -4,7 +4,6 @@ could still be made), a delete's means it is gone from every note's links, and n
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import queue
 import threading
@@ -99,7 +98,7 @@ def test_rest_adds_deletes_and_forgets_at_once_answer_no_server_error_and_keep_t
             mem.add(f"{other.label} keeps the spare key under the doormat", identity=other.id, scope=home.id)
             mem.add(f"{other.label} walks the dog along the river", identity=other.id)
         secret = create_key(mem.store, "ops", "admin")[0]
-        settings = dataclasses.replace(Settings.from_env(), host="127.0.0.1")
+        settings = Settings.from_env().model_copy(update={"host": "127.0.0.1"})
         step_up = {"probe": {"modality": MODALITY, "embedding": person(1).tolist()}}
         acknowledged: queue.Queue[tuple[int, int, str]] = queue.Queue()  # (owner, note, text) of every 201
         added: list[tuple[int, int, str]] = []

@@ -7,7 +7,6 @@ by id, the demo build) still changes the sample people's.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 
 import httpx
@@ -193,7 +192,7 @@ def test_the_service_refuses_both_with_a_403_that_writes_nothing(make_memory):
     mem = make_memory(limits="off")
     build_demo(mem)
     key, _ = create_key(mem.store, "agent", "agent")
-    app = create_app(mem, dataclasses.replace(Settings.from_env(), host="127.0.0.1"))
+    app = create_app(mem, Settings.from_env().model_copy(update={"host": "127.0.0.1"}))
     with served(app) as url, httpx.Client(base_url=f"{url}/v1", timeout=60,
                                           headers={"Authorization": f"Bearer {key}"}) as http:
         def ana() -> dict:

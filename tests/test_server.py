@@ -8,7 +8,6 @@ store without keys; SIGTERM and SIGINT closing the store; and a kill -9 in the m
 from __future__ import annotations
 
 import base64
-import dataclasses
 import io
 import json
 import logging
@@ -89,7 +88,7 @@ def service(request, tmp_path_factory, text_encoder, face_encoder):
     keys = {name: create_key(mem.store, name, "admin" if name == "admin" else "agent")[0]
             for name in ("admin", "agent", "other", "revoked")}
     revoke_key(mem.store, 4)
-    settings = dataclasses.replace(Settings.from_env(), host="127.0.0.1")
+    settings = Settings.from_env().model_copy(update={"host": "127.0.0.1"})
     app = create_app(mem, settings)
     with served(app) as url, httpx.Client(base_url=url, timeout=60) as http:
         def call(method: str, path: str, *, key: str | None = "agent", session: str | None = None,
@@ -595,7 +594,7 @@ def test_a_store_without_keys_serves_local_agents_only(tmp_path, text_encoder, f
         for header in ({"Host": "evil.example"}, {"Origin": "http://evil.example"}):  # DNS rebinding, a web page
             error_of(httpx.post(f"{url}/v1/search", headers=header, data={"query": "x"},
                                 files={"probe": ("a.png", faces.fresh[ANA], "image/png")}), 403, "AuthenticationError")
-    public = create_app(mem, dataclasses.replace(Settings.from_env(), host="0.0.0.0"), ui=False, mcp=False)
+    public = create_app(mem, Settings.from_env().model_copy(update={"host": "0.0.0.0"}), ui=False, mcp=False)
     with served(public) as url:  # bound (here, said to be bound) beyond loopback: a key is always needed
         error_of(httpx.post(f"{url}/v1/search", json={"query": "x"}), 401, "AuthenticationError")
     mem.close()

@@ -6,7 +6,6 @@ no other module reads a variable on its own.
 """
 
 import ast
-import dataclasses
 import json
 import logging
 import os
@@ -15,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic.fields import ComputedFieldInfo
+from pydantic_core import PydanticUndefined
 
 import modalities.ccnet
 import modalities.weights
@@ -22,7 +23,7 @@ from biomem.cli import build_parser, main
 from biomem.engine.memory import DEFAULT_ENCODER, BioMemory
 from biomem.errors import DisclosureError, InvalidInputError, KeyUnavailableError, ModelUnavailableError
 from biomem.notes.textenc import TextEncoder
-from biomem.settings import DEFAULT_TEXT_MODEL, Settings, markdown_table
+from biomem.settings import DEFAULT_TEXT_MODEL, SPACE_DEFAULTS, Settings, markdown_table, variables
 from biomem.stores.sealing import encode_key, new_key
 from biomem.vocabulary import AttemptLimits
 
@@ -37,7 +38,13 @@ def settings(**env: str) -> Settings:
 
 def documented() -> dict[str, str]:
     """Every variable of the table, with the field that reads it."""
-    return {name: f.name for f in dataclasses.fields(Settings) for name in f.metadata["env"]}
+    return {name: field for field, names in variables().items() for name in names}
+
+
+def rows() -> dict[str, list[str]]:
+    """The table's cells by field, in the order of `variables()`."""
+    lines = markdown_table().splitlines()[2:]
+    return {field: line[2:-2].split(" | ") for field, line in zip(variables(), lines)}
 
 
 # ---- the table ------------------------------------------------------------------------------------
@@ -62,21 +69,38 @@ def test_python_m_biomem_settings_prints_the_table():
 
 
 def test_every_setting_documents_its_variables_meaning_default_and_surfaces():
-    for f in dataclasses.fields(Settings):
-        meta = f.metadata
-        assert meta["env"] and all(name == name.upper() for name in meta["env"]), f.name
-        assert meta["meaning"] and meta["default"], f.name
-        assert meta["surfaces"] and set(meta["surfaces"]) <= SURFACES, f.name
-    assert len(documented()) == sum(len(f.metadata["env"]) for f in dataclasses.fields(Settings))  # one field each
+    fields = {**Settings.model_fields, **Settings.model_computed_fields}
+    assert list(variables()) == list(fields) and len(markdown_table().splitlines()) == len(fields) + 2
+    for name, info in fields.items():
+        assert variables()[name] and all(v == v.upper() for v in variables()[name]), name
+        assert info.description and info.json_schema_extra["surfaces"], name
+        assert set(info.json_schema_extra["surfaces"]) <= SURFACES, name
+        plain = not isinstance(info, ComputedFieldInfo) and info.default is not PydanticUndefined
+        assert info.json_schema_extra["shown"] or plain, f"{name}: a computed default needs its shown text"
+    assert len(documented()) == sum(map(len, variables().values()))  # one field each
 
 
-def test_the_defaults_shown_are_the_engines():
-    shown = {f.name: f.metadata["default"] for f in dataclasses.fields(Settings)}
-    assert DEFAULT_ENCODER in shown["encoder"] and DEFAULT_TEXT_MODEL in shown["text_model"]
+def test_the_table_shows_each_fields_own_default():
+    """The default column is made from the fields: a plain default as it is, the Space's beside it."""
     defaults = Settings.from_env({})
-    assert f"`{defaults.db}`" == shown["db"] and f"`{defaults.llm}`" == shown["llm"]
-    assert f"`{defaults.policy}`" == shown["policy"] and str(defaults.port) == shown["port"]
-    limits = defaults.attempts
+    cells = rows()
+    assert cells["openai_api_key"][0] == "`OPENAI_API_KEY`"
+    assert cells["openai_api_key"][2] == f"`{defaults.openai_api_key.get_secret_value()}`" == "`not-needed`"
+    for name in ("db", "llm", "policy", "text_model", "log_level", "port", "prompt_tokens", "target_fpir"):
+        assert cells[name][2] == f"`{getattr(defaults, name)}`", name
+    assert cells["port"][0] == "`GRADIO_SERVER_PORT`, `PORT`"
+    assert (cells["admin"][2], cells["allowed_hosts"][2]) == ("off", "none")
+    on_space = Settings.from_env({"SPACE_ID": "x"})
+    for name in SPACE_DEFAULTS:
+        assert getattr(on_space, name) == SPACE_DEFAULTS[name] != getattr(defaults, name), name
+    assert cells["disclosure"][2] == "`private` (`demo` on a Space)"
+    assert cells["load_demo"][2] == "off (on on a Space)"
+
+
+def test_the_defaults_shown_for_computed_defaults_are_the_engines():
+    shown = {name: cells[2] for name, cells in rows().items()}
+    assert DEFAULT_ENCODER in shown["encoder"] and DEFAULT_TEXT_MODEL in shown["text_model"]
+    limits = Settings.from_env({}).attempts
     assert shown["attempts"].startswith(f"`{limits.misses}/{limits.window:g}/{limits.cooldown:g}`")
 
 
@@ -95,8 +119,37 @@ def test_every_biomem_variable_named_in_the_code_is_in_the_table():
 
 def test_secrets_stay_out_of_repr():
     key = encode_key(new_key())
-    shown = repr(settings(BIOMEM_KEY=key, OPENAI_API_KEY="sk-secret-123"))
-    assert key not in shown and "sk-secret-123" not in shown and "policy=" in shown
+    url = "postgresql://bio:hunter2@db.lan/bio"
+    configured = settings(BIOMEM_KEY=key, OPENAI_API_KEY="sk-secret-123", BIOMEM_DB=url)
+    shown = repr(configured)
+    assert key not in shown and "sk-secret-123" not in shown and "hunter2" not in shown and "policy=" in shown
+    assert configured.key.get_secret_value() == key and configured.db == url
+    assert configured.openai_api_key.get_secret_value() == "sk-secret-123"
+
+
+def test_the_process_environment_reads_as_the_same_mapping_passed(monkeypatch):
+    """from_env() reads os.environ through pydantic-settings, from_env(mapping) validates the mapping: one result."""
+    for name, value in {"PORT": "8000", "BIOMEM_TAU": "0.5,palm-compcode=0.3", "BIOMEM_ATTEMPTS": "off",
+                        "SPACE_ID": "someone/bio-memory", "SPACE_HOST": "someone-bio-memory.hf.space",
+                        "BIOMEM_ALLOWED_HOSTS": "kiosk.lan", "BIOMEM_ADMIN": "yes", "BIOMEM_ENCODER": "",
+                        "XDG_CONFIG_HOME": "/etc/xdg", "BIOMEM_DB": " spaced.db "}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("BIOMEM_KEY_FILE", raising=False)
+    read = Settings.from_env()
+    assert read == Settings.from_env(dict(os.environ))
+    assert (read.port, read.tau, read.attempts, read.admin, read.encoder, read.db) == \
+        (8000, {None: 0.5, "palm-compcode": 0.3}, None, True, None, "spaced.db")
+    assert read.allowed_hosts == ("kiosk.lan", "someone-bio-memory.hf.space") and read.disclosure == "demo"
+    assert read.key_file == Path("/etc/xdg/biomem/key")
+    monkeypatch.setenv("PORT", "0")
+    for reading in (Settings.from_env, lambda: Settings.from_env(dict(os.environ))):
+        with pytest.raises(InvalidInputError, match="^PORT='0': a port is"):
+            reading()
+
+
+def test_a_copy_overrides_settings_without_reading_the_environment():
+    given = Settings.from_env({}).model_copy(update={"host": "0.0.0.0", "policy": "all"})
+    assert (given.host, given.policy, given.port) == ("0.0.0.0", "all", 7860)
 
 
 @pytest.mark.parametrize(("name", "value"), [

@@ -65,7 +65,7 @@ def load_key(*, create: bool, settings: Settings | None = None) -> bytes:
     created when `create` and absent."""
     settings = settings or Settings.from_env()
     if settings.key:
-        return decode_key(settings.key, "BIOMEM_KEY")
+        return decode_key(settings.key.get_secret_value(), "BIOMEM_KEY")
     path = settings.key_file
     if path.exists():
         return decode_key(path.read_text(), str(path))

@@ -59,7 +59,7 @@ def make_llm(spec: str | LLM | None, text_encoder: TextEncoder, settings: Settin
     offline = OfflineLLM(text_encoder)
     if kind == "openai":
         endpoint = {} if settings is None else {"base_url": settings.openai_base_url,
-                                                "api_key": settings.openai_api_key}
+                                                "api_key": settings.openai_api_key.get_secret_value()}
         return OpenAIChat(model, offline, **endpoint)
     if kind == "hf":
         return HFChat(model, offline)

@@ -24,8 +24,8 @@ class OpenAIChat(ChatLLM):
         if base_url is None or api_key is None:
             configured = Settings.from_env()
             base_url = base_url or configured.openai_base_url
-            api_key = api_key or configured.openai_api_key
-        self.client = OpenAI(base_url=base_url, api_key=api_key or "not-needed",
+            api_key = api_key or configured.openai_api_key.get_secret_value()
+        self.client = OpenAI(base_url=base_url, api_key=api_key,
                              timeout=timeout, max_retries=1)
 
     def complete(self, prompt: str, max_tokens: int = 512, schema: dict[str, Any] | None = None,
