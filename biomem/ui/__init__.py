@@ -2,7 +2,9 @@
 
     controller.py  UI events -> engine calls (reads and deletes probe uploads, checks fields filled in)
     render.py      engine results -> HTML, chat messages, table rows (pure functions)
-    layout.py      the gr.Blocks page, top to bottom, and its event wiring
+    layout.py      the gr.Blocks page, top to bottom: the header, then the tabs in order
+    tabs/          one module per tab or panel: compare, chat, enrol (and households), notes, calibrate, operator
+    widgets.py     probe boxes, webcam bursts, and `action`: a button wired to the controller through its door
     messages.py    engine errors -> toasts with the app's titles
     uploads.py     probe files in Gradio's cache: read once, deleted at once
     style.py       CSS, theme, introduction and glosses

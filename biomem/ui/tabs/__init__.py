@@ -1,0 +1,1 @@
+"""The page's tabs and panels, one module each (biomem.ui.layout puts them on the page)."""
