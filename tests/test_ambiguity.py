@@ -280,7 +280,7 @@ def test_my_households_says_the_gate_could_not_tell_and_names_nobody(look_alikes
     folder.mkdir()
     Image.fromarray(morph).save(folder / "morph.png")
     with pytest.raises(gr.Error) as refused:
-        friendly(Controller(mem).households)(str(folder / "morph.png"), None)
+        friendly(Controller(mem).homes.of)(str(folder / "morph.png"), None)
     assert refused.value.title == "Could not tell who" and refused.value.message.endswith(AMBIGUOUS)
     assert "person-" not in f"{refused.value.title} {refused.value.message}"
     assert not (folder / "morph.png").exists()  # the probe is used once, as every probe is

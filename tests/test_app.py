@@ -623,30 +623,30 @@ def test_found_join_and_share_a_household_through_the_page_s_handlers(make_memor
         return caught.value
 
     # founding: a name and the founder's fresh probe
-    assert refused(ui.found_household, " ", probe(3), None, face).title == "No household name"
-    message = ui.found_household("Flat 4", probe(3), None, face)
+    assert refused(ui.homes.found, " ", probe(3), None, face).title == "No household name"
+    message = ui.homes.found("Flat 4", probe(3), None, face)
     assert "Founded the household **Flat 4** with **Dana** as its first member" in message
-    assert refused(ui.found_household, "flat 4", probe(3), None, face).title == "Name taken"
-    assert "fresh, clear probe" in refused(ui.found_household, "Den", probe(6), None, face).message  # a stranger
+    assert refused(ui.homes.found, "flat 4", probe(3), None, face).title == "Name taken"
+    assert "fresh, clear probe" in refused(ui.homes.found, "Den", probe(6), None, face).message  # a stranger
     (flat,) = mem.groups(identity=ids["Dana"])
 
     # joining: the household's name, a member's and the newcomer's fresh probes
-    assert refused(ui.join_household, "Flat 4", probe(3), None, None, None, face).title == "Two people needed"
-    nowhere = refused(ui.join_household, "Nowhere", probe(3), None, probe(4), None, face)
-    not_finn_s = refused(ui.join_household, "Flat 4", probe(5), None, probe(4), None, face)  # Finn is no member
+    assert refused(ui.homes.join, "Flat 4", probe(3), None, None, None, face).title == "Two people needed"
+    nowhere = refused(ui.homes.join, "Nowhere", probe(3), None, probe(4), None, face)
+    not_finn_s = refused(ui.homes.join, "Flat 4", probe(5), None, probe(4), None, face)  # Finn is no member
     assert (nowhere.title, nowhere.message) == (not_finn_s.title, not_finn_s.message)
     assert nowhere.title == "No such household"
-    assert "fresh, clear probe" in refused(ui.join_household, "Flat 4", probe(6), None, probe(4), None, face).message
-    joined = ui.join_household("FLAT 4", probe(3), None, probe(4), None, face)
+    assert "fresh, clear probe" in refused(ui.homes.join, "Flat 4", probe(6), None, probe(4), None, face).message
+    joined = ui.homes.join("FLAT 4", probe(3), None, probe(4), None, face)
     assert "**Eve** joined **Flat 4**: its members are Dana, Eve" in joined
     assert [g.member_labels for g in mem.groups(identity=ids["Eve"])] == [["Dana", "Eve"]]
 
     # the Remember's choices: the requester's own households, after the gate admitted them
-    offered = ui.households(probe(3), face)
+    offered = ui.homes.of(probe(3), face)
     assert offered == {"person": ids["Dana"], "label": "Dana", "groups": [
         {"id": flat.id, "label": "Flat 4", "members": [[ids["Dana"], "Dana"], [ids["Eve"], "Eve"]]}]}
-    assert ui.households(probe(5), face)["groups"] == []  # Finn: none
-    assert refused(ui.households, probe(6), face).title == "Not recognised"
+    assert ui.homes.of(probe(5), face)["groups"] == []  # Finn: none
+    assert refused(ui.homes.of, probe(6), face).title == "Not recognised"
 
     # writing into it, hiding one note from Eve
     shared = ui.remember("The boiler code is 3141", probe(3), face, None, str(flat.id), [])
@@ -698,13 +698,13 @@ def test_locomo_import_gives_each_conversation_an_identity(make_memory, cache, t
 def test_calibrate_palms_shows_histograms_and_stores_tau(make_memory):
     mem = make_memory()
     ui = Controller(mem, admin=True)
-    report = ui.calibrate("palm-compcode", "samples")
+    report = ui.calibration.calibrate("palm-compcode", "samples")
     assert report.modality == "palm-compcode" and report.identities == SAMPLE_PALMS
-    plot, text = ui.calibration_view(report)
+    plot, text = ui.calibration.view(report)
     assert plot.ndim == 3 and plot.shape[2] == 3 and "intersection" in text and "/tmp" not in text
-    assert "Stored τ" in ui.store_tau(report, "intersection")
+    assert "Stored τ" in ui.calibration.store_tau(report, "intersection")
     assert mem.threshold("palm-compcode") == pytest.approx(report.intersection.tau)
-    names = [row[0] for row in ui.encoder_table()]
+    names = [row[0] for row in ui.calibration.encoder_table()]
     assert {"face-arcface-s", "palm-compcode"} <= set(names)
 
 

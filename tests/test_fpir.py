@@ -192,7 +192,7 @@ def test_the_calibrate_tab_s_table_is_at_the_store_s_n_and_target(make_memory):
     mem.set_threshold(0.5, SYNTH, "manual")
     for n in range(3):
         mem.enroll(f"p{n}", [person(60 + n)])
-    plot, text = Controller(mem).calibration_view(report(1_000, 0.005))
+    plot, text = Controller(mem).calibration.view(report(1_000, 0.005))
     assert plot.ndim == 3
     assert "FPIR N=3 (store)" in text and "largest N at FPIR ≤ 0.002 |" in text
     assert f"This store: 3 people enrolled with `{SYNTH}`" in text

@@ -1,6 +1,9 @@
 """The web demo: a Gradio page over one BioMemory, with no memory, identity or file policy of its own.
 
     controller.py  UI events -> engine calls (reads and deletes probe uploads, checks fields filled in)
+    homes.py       the households panel's handlers (the controller's `homes`)
+    tuning.py      the Calibrate tab's handlers: encoders and τ (the controller's `calibration`)
+    fields.py      the page's field values as handlers take them: text stripped, a probe as shown
     render.py      engine results -> HTML, chat messages, table rows (pure functions)
     layout.py      the gr.Blocks page, top to bottom: the header, then the tabs in order
     tabs/          one module per tab or panel: compare, chat, enrol (and households), notes, calibrate, operator

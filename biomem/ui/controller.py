@@ -10,21 +10,16 @@ from __future__ import annotations
 
 import logging
 import math
-import tempfile
 import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import gradio as gr
 import numpy as np
-from PIL import Image
 
-import modalities
 from modalities.images import load_image
 
-from ..engine import access, demo
+from ..engine import demo
 from ..engine.memory import BioMemory
 from ..errors import (
     BioMemError,
@@ -36,60 +31,25 @@ from ..errors import (
     TooManyAttemptsError,
 )
 from ..eval.importing import import_locomo
-from ..identity import calibration_plot
 from ..identity.bursts import Burst
-from ..identity.calibrate import CalibrationReport, calibrate_folder, calibrate_samples, save
 from ..identity.disclosure import note_view
 from ..identity.gate import Probe
 from ..identity.limits import client_keys
 from ..settings import Settings
-from ..stores.labels import label_key
-from ..stores.records import Group
 from . import render, uploads
 from .doors import Operators
+from .fields import Progress, Shown, silent, typed_text
+from .homes import Households, former, sourced, sources
 from .messages import fail, hint, readable
 from .sample_probes import SampleProbes
+from .tuning import Calibration
 from .turns import Crowded, Repeated, Turns
 
 log = logging.getLogger("biomem.ui")
 UNLOCK_SECONDS = 120  # how long "My notes" stays unlocked in one browser tab: a kiosk's user walks away
-Progress = Callable[..., Any]
 OWN = "own"  # the Remember's "where" for the requester's own notes (else a household's id)
-# A household the requester is not in reads exactly as one that does not exist.
-NO_HOUSEHOLD = ("No such household", "None of the households of the person the probe shows has that name: check the "
-                "name, or show a member's probe.")
 NO_HOUSEHOLD_CHOSEN = ("No such household", "The probe's person has no such household: press My households "
                        "with your probe, choose one of yours, then Remember with your probe again.")
-# a value no control of the page sends (a hand-made call to the page's API): what to do, never an exception's name
-FORGED = ("Request not understood", "This request did not come from the page as it is: reload the page and try again.")
-
-
-def typed_text(value: Any, what: str, *held: Any) -> str:
-    """A text box's value, stripped; anything a text box never sends (a number, a list, an object) is refused with
-    FORGED, its uploads `held` deleted, and logged by its type only (the value may be a note)."""
-    if value is None or isinstance(value, str):
-        return (value or "").strip()
-    uploads.discard(*held)
-    log.warning("a page event's %s was a %s, which no text box sends: refused", what, type(value).__name__)
-    raise fail(FORGED[1], FORGED[0])
-
-
-class Shown(NamedTuple):
-    """A probe the visitor showed, the attempt-limit keys it counts against (None: a sample capture this page
-    handed out) and the sample person it was a capture of."""
-
-    probe: Probe
-    client: list[str] | None
-    sample: str | None = None
-
-
-def short(reason: str) -> str:
-    """The first clause of an availability reason: what is missing, without the how-to (logged)."""
-    return reason.split(":")[0].strip()
-
-
-def _silent(*args: Any, **kwargs: Any) -> None:
-    """A progress callback that shows nothing (callers outside Gradio)."""
 
 
 class Controller:
@@ -103,6 +63,8 @@ class Controller:
         self._building = threading.Lock()  # one demo build or import at a time
         self.turns = Turns()
         self.samples = SampleProbes()
+        self.homes = Households(mem, self)  # the households panel (biomem.ui.homes)
+        self.calibration = Calibration(mem, self.operators)  # the Calibrate tab (biomem.ui.tuning)
 
     # ---- one action at a time per tab and group (biomem.ui.turns) ---------------------------------
 
@@ -205,9 +167,9 @@ class Controller:
     def answer(self, question: str, probe: Probe, client: list[str] | None) -> dict[str, Any]:
         answer = self.mem.ask(question, probe=probe, client=client)
         view = answer.as_dict()
-        sources = self.sources([g for person in answer.gate.admitted for g in self.mem.groups(identity=person)])
+        named = sources([g for person in answer.gate.admitted for g in self.mem.groups(identity=person)])
         return {"kind": "answer", "question": question, "answer": answer.text, "gate": view["gate"],
-                "notes": [self.sourced(note, sources) for note in view["results"]], "gated_out": view["gated_out"],
+                "notes": [sourced(self.mem, note, named) for note in view["results"]], "gated_out": view["gated_out"],
                 "omitted": answer.omitted, "prompt": render.visible(answer.prompt)}
 
     def ask(self, question: str, probe: Any, encoder: str | None = None,
@@ -294,7 +256,7 @@ class Controller:
         name = self.settings.palm_encoder
         return name if demo.loadable(self.mem, name) else None
 
-    def load_demo(self, progress: Progress = _silent) -> str:
+    def load_demo(self, progress: Progress = silent) -> str:
         """Build the demo store (Ana, Ben, Chloe: faces, synthetic palms, everyday memories, their household)
         once; a store with the demo people but no household yet gets the household alone."""
         with self._building:
@@ -312,7 +274,7 @@ class Controller:
         palms = f" and synthetic palms (`{palm}`)" if palm else " (no palm encoder here: faces only)"
         return f"Loaded {', '.join(demo.DEMO_PEOPLE)} with face photos{palms}, a few memories each and {home}."
 
-    def import_locomo(self, path: str, conversations: int, progress: Progress = _silent) -> str:
+    def import_locomo(self, path: str, conversations: int, progress: Progress = silent) -> str:
         """Import LoCoMo conversations from a server path (the page's door: admin only)."""
         with self._building:
             done = import_locomo(self.mem, (path or "").strip(), int(conversations), palm=self.palm_encoder(),
@@ -324,7 +286,7 @@ class Controller:
     # ---- enrolment and one's own notes ----------------------------------------------------------
 
     def enroll(self, label: str, files: list[Any] | None, capture: Any, encoder: str | None,
-               progress: Progress = _silent, request: gr.Request | None = None, second: list[Any] | None = None) -> str:
+               progress: Progress = silent, request: gr.Request | None = None, second: list[Any] | None = None) -> str:
         """Create an identity from uploaded images and/or a capture, and `second`: images of another kind (a palm
         beside a face, read by `second_kind`); each file deleted after use. A gated attempt of the requester's
         client (biomem.identity.enrolment): refused in a cool-down before any encoding. Only the admin page
@@ -394,9 +356,9 @@ class Controller:
     def rows(self, session: Any) -> list[list[Any]]:
         """The notes an unlocked session's person may read (their own and their households'), as table rows
         that say where each came from."""
-        groups, people = self.sources(session.groups())
+        groups, people = sources(session.groups())
         notes = session.get_all()
-        people.update({n.author: self.former(n.author) for n in notes
+        people.update({n.author: former(self.mem, n.author) for n in notes
                        if n.author is not None and n.author not in people})
         return render.note_rows(notes, groups, people)
 
@@ -440,171 +402,3 @@ class Controller:
         label = self.mem.store.identity(self.mem.verify(proof, "Forgetting you", client=client)).label
         self.mem.forget(probe=proof, client=client)
         return f"Forgot **{render.esc(label)}**: notes, links, history, templates and index entries are erased."
-
-    # ---- households -----------------------------------------------------------------------------
-
-    def sources(self, groups: list[Group]) -> tuple[dict[int, str], dict[int, str]]:
-        """(household id -> name, member id -> name) of the households a requester is in: the names their
-        notes' "from" shows (members may see each other)."""
-        return ({g.id: g.label for g in groups},
-                {i: label for g in groups for i, label in zip(g.members, g.member_labels, strict=True)})
-
-    def sourced(self, note: dict[str, Any], sources: tuple[dict[int, str], dict[int, str]]) -> dict[str, Any]:
-        """A note's view with the names of where it came from: its household (None: the requester's own)
-        and its author (None for an operator's import)."""
-        groups, people = sources
-        scope, author = note.get("scope"), note.get("author")
-        return {**note, "scope_label": groups.get(scope) if scope is not None else None,
-                "author_label": None if author is None else people.get(author) or self.former(author)}
-
-    def former(self, person: int) -> str:
-        """The name of a note's author who has left its household (or "a former member")."""
-        try:
-            return self.mem.store.identity(person).label
-        except BioMemError:
-            return "a former member"
-
-    def households(self, probe: Any, encoder: str | None = None,
-                   request: gr.Request | None = None) -> dict[str, Any]:
-        """The households of whoever the probe shows, with their members: the Remember's choices. Only
-        after the gate admitted the requester, and only theirs (a stranger is refused, as for Remember; a probe
-        the gate cannot tell between two people is refused as ambiguous, naming nobody)."""
-        proof, client, _ = self.probe(probe, encoder, client=self.clients(request))
-        gate = self.mem.identify(proof, policy="best", client=client)
-        person = self.mem.owner_of(gate)  # AmbiguousProbeError, or UnknownIdentityError for nobody
-        return {"person": person, "label": gate.labels[person],
-                "groups": [{"id": g.id, "label": g.label,
-                            "members": [[i, name] for i, name in zip(g.members, g.member_labels, strict=True)]}
-                           for g in self.mem.groups(identity=person)]}
-
-    def found_household(self, label: str, probe: Any, second: Any, encoder: str | None,
-                        request: gr.Request | None = None) -> str:
-        """Found a household named `label`: its founder shows a fresh step-up probe and is its first member."""
-        label = typed_text(label, "household name", probe, second)
-        try:
-            if not label:
-                raise hint("Give the new household a name.", "No household name")
-            proof, client = self.step_up(probe, second, encoder, self.clients(request))
-            home = self.mem.create_group(label, probe=proof, client=client)
-        finally:
-            uploads.discard(probe, second)
-        return (f"Founded the household **{render.esc(home.label)}** with **{render.esc(home.member_labels[0])}** "
-                "as its first member. Anyone joins it in person: a member's probe and theirs, under "
-                "**Join a household**.")
-
-    def household_named(self, person: int, label: str) -> Group:
-        """`person`'s household named `label`, in any case or look-alike letters (biomem.stores.labels); one that is
-        not theirs reads as one that does not exist."""
-        key = label_key(label)
-        home = next((g for g in self.mem.groups(identity=person) if label_key(g.label) == key), None)
-        if home is None:
-            raise fail(NO_HOUSEHOLD[1], NO_HOUSEHOLD[0])
-        return home
-
-    def join_household(self, label: str, member: Any, member_second: Any, newcomer: Any, newcomer_second: Any,
-                       encoder: str | None, request: gr.Request | None = None) -> str:
-        """A member brings a newcomer into one of the member's households (named `label`): both show fresh
-        step-up probes. A member's probe that shows no household of that name gets the same answer whether
-        such a household exists or not."""
-        probes = (member, member_second, newcomer, newcomer_second)
-        label = typed_text(label, "household name", *probes)
-        try:
-            if not label:
-                raise hint("Give the name of the household to join.", "No household name")
-            if not uploads.upload_path(member) or not uploads.upload_path(newcomer):
-                raise hint("Give both probes: a member of the household, and the person joining it.",
-                           "Two people needed")
-            keys = self.clients(request)
-            inviter, client = self.step_up(member, member_second, encoder, keys)
-            joining, counted = self.step_up(newcomer, newcomer_second, encoder, keys)
-            client = client or counted
-            member_id = self.mem.verify(inviter, "Inviting someone", client=client)
-            home = self.household_named(member_id, label)
-            try:
-                home = self.mem.add_member(home.id, probe=inviter, member_probe=joining, client=client)
-            except GroupNotFoundError:  # the member left it in the meantime
-                raise fail(NO_HOUSEHOLD[1], NO_HOUSEHOLD[0]) from None
-        finally:
-            uploads.discard(*probes)
-        return (f"**{render.esc(home.member_labels[-1])}** joined **{render.esc(home.label)}**: its members are "
-                f"{', '.join(render.esc(name) for name in home.member_labels)}. Each of them now reads its notes "
-                "with their own probe.")
-
-    def leave_household(self, label: str, probe: Any, second: Any, encoder: str | None,
-                        request: gr.Request | None = None) -> str:
-        """The person a fresh step-up probe shows leaves their household named `label` (the last member to
-        leave takes it and its notes with them). A household they are not in reads as one that does not exist."""
-        label = typed_text(label, "household name", probe, second)
-        try:
-            if not label:
-                raise hint("Give the name of the household to leave.", "No household name")
-            proof, client = self.step_up(probe, second, encoder, self.clients(request))
-            person = self.mem.verify(proof, "Leaving a household", client=client)
-            home = self.household_named(person, label)
-            try:
-                left = self.mem.remove_member(home.id, person, probe=proof, client=client)
-            except GroupNotFoundError:  # left in the meantime
-                raise fail(NO_HOUSEHOLD[1], NO_HOUSEHOLD[0]) from None
-        finally:
-            uploads.discard(probe, second)
-        name = render.esc(home.label)
-        if left is None:
-            return f"You were the last member of **{name}**: it is gone, with its notes."
-        return f"You left **{name}**: its notes no longer reach you. Its members now: " + ", ".join(
-            render.esc(n) for n in left.member_labels) + "."
-
-    # ---- encoders and calibration ---------------------------------------------------------------
-
-    def encoder_table(self) -> list[list[Any]]:
-        """The registry: each encoder's metadata (no weights loaded), whether it loads here, this store's τ."""
-        rows = []
-        for status in modalities.availability_all():
-            try:
-                info = modalities.info(status.name)
-            except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the page
-                rows.append([status.name, "?", "", "", "", f"unavailable ({exc.__class__.__name__})", "", ""])
-                continue
-            rows.append([status.name, info.kind, info.dim, round(info.default_threshold, 4),
-                         round(self.mem.threshold(status.name), 4), "yes" if status.ready else short(status.reason),
-                         info.weights, info.license])
-        return rows
-
-    def encoder_choices(self) -> tuple[list[str], str]:
-        """(encoders that can load here, a line naming the others and why)."""
-        ready, missing = [], []
-        for status in modalities.availability_all():
-            (ready if status.ready else missing).append(status)
-        if self.mem.modality not in [s.name for s in ready]:
-            ready.insert(0, modalities.availability(self.mem.modality))
-        for status in missing:
-            log.info("encoder %s unavailable: %s", status.name, status.reason)
-        note = "; ".join(f"`{s.name}` ({short(s.reason)})" for s in missing)
-        return [s.name for s in ready], f"Not available on this server: {note}." if note else ""
-
-    def calibrate(self, encoder: str | None, source: str, folder: str = "", progress: Progress = _silent,
-                  request: gr.Request | None = None) -> CalibrationReport:
-        """Genuine/impostor scores of `encoder` on the sample people (or, admin only, a server folder)."""
-        name = encoder or self.mem.modality
-        if source == "folder":
-            access.require("page:calibrate_folder", self.operators.role(request), "Calibrating on a server folder")
-            progress(0.1, desc=f"Encoding the images under {folder} with {name}…")
-            return calibrate_folder(self.mem.encoder(name), Path((folder or "").strip()).expanduser())
-        progress(0.1, desc=f"Encoding sample captures with {name}…")
-        return calibrate_samples(self.mem.encoder(name))
-
-    def calibration_view(self, report: CalibrationReport) -> tuple[np.ndarray, str]:
-        """(histograms and DET curve as an image, markdown) of a report, with this store's current τ, and its
-        FPIR at the number of people this store enrolled with the report's encoder and at its target FPIR."""
-        with tempfile.TemporaryDirectory(prefix="biomem-plot-") as tmp:
-            plot = np.asarray(Image.open(calibration_plot.plot(report, Path(tmp) / "scores.png")).convert("RGB"))
-        guards = self.mem.identification(report.modality)
-        return plot, render.calibration_text(report, self.mem.threshold(report.modality), guards["enrolled"],
-                                             guards["target_fpir"])
-
-    def store_tau(self, report: CalibrationReport | None, which: str) -> str:
-        """Store the report's τ (the page's door: admin only)."""
-        if report is None:
-            raise hint("Run a calibration first.", "No calibration")
-        tau = save(report, self.mem, which=which)
-        return f"Stored τ = {tau:.4f} for `{report.modality}` ({which}); the gate uses it from now on."
-

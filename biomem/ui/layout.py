@@ -38,7 +38,7 @@ def header(ui: Controller) -> tuple[gr.HTML, gr.Dropdown, gr.Button, gr.Markdown
         with gr.Column(scale=1, min_width=220, elem_id="bm-start"):  # first on a phone (style.CSS)
             load_button = gr.Button("Load demo", variant="primary", elem_id="bm-load-demo")
             load_message = gr.Markdown(elem_id="bm-load-message")
-    choices, unavailable = ui.encoder_choices()
+    choices, unavailable = ui.calibration.encoder_choices()
     with gr.Row(equal_height=True, elem_id="bm-top"):
         status = gr.HTML(ui.status(), elem_id="bm-status", scale=3, min_width=320)
         encoder = gr.Dropdown(choices, value=ui.mem.modality, label="Probe encoder", scale=1, min_width=220,

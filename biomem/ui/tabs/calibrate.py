@@ -16,9 +16,9 @@ def calibrate_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None
     gr.Markdown("How alike are two captures of one person (genuine) and captures of two people (impostor)? The "
                 "gate admits similarity ≥ τ; the paper takes τ where the two densities cross, the security choice "
                 "is τ at a target false-match rate. The encoder is the **probe encoder** chosen at the top.")
-    registry = gr.Dataframe(ui.encoder_table(), headers=["encoder", "kind", "dim", "default τ", "τ in this store",
-                            "loads here", "weights", "licence"], interactive=False, label="Encoder registry",
-                            elem_id="bm-registry")
+    registry = gr.Dataframe(ui.calibration.encoder_table(), headers=[
+        "encoder", "kind", "dim", "default τ", "τ in this store", "loads here", "weights", "licence"],
+        interactive=False, label="Encoder registry", elem_id="bm-registry")
     with gr.Row(equal_height=True):
         source = gr.Radio([("Sample people (shipped faces / synthetic palms)", "samples"),
                            ("A folder on the server: DIR/<person>/<images>", "folder")], value="samples",
@@ -42,8 +42,8 @@ def calibrate_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None
 
     def calibrate(encoder: str | None, source: str, folder: str, request: gr.Request,
                   progress: gr.Progress = gr.Progress()) -> dict[str, Any]:  # noqa: B008
-        done = ui.calibrate(encoder, source, folder, progress, request)
-        return {"report": done, "view": ui.calibration_view(done), "guards": guarded()}
+        done = ui.calibration.calibrate(encoder, source, folder, progress, request)
+        return {"report": done, "view": ui.calibration.view(done), "guards": guarded()}
 
     def shown(done: dict[str, Any] | None) -> tuple[Any, ...]:
         return (done["report"], *done["view"], done["guards"]) if done else (gr.skip(),) * 4
@@ -53,7 +53,7 @@ def calibrate_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None
            name="page:calibrate_samples", show_progress_on=[plot])
 
     def tau_stored(done: str | None) -> tuple[Any, ...]:
-        return (done, ui.encoder_table(), ui.status(), guarded()) if done else (gr.skip(),) * 4
+        return (done, ui.calibration.encoder_table(), ui.status(), guarded()) if done else (gr.skip(),) * 4
 
     controls = [Control(store_intersection, "Store τ (intersection, the paper's)"),
                 Control(store_fmr, "Store τ (at FMR ≤ 1e-3)")]
@@ -63,4 +63,4 @@ def calibrate_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None
 
 
 def store_tau(ui: Controller, report: Any, *, which: str) -> str:
-    return ui.store_tau(report, which)
+    return ui.calibration.store_tau(report, which)

@@ -106,7 +106,7 @@ def remember_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listin
 
     def households(probe: Any, frames: bursts.Frames | None, encoder: str | None,
                    request: gr.Request) -> dict[str, Any]:
-        return ui.households(bursts.chosen(probe, frames), encoder, request)
+        return ui.homes.of(bursts.chosen(probe, frames), encoder, request)
 
     def offered(done: dict[str, Any] | None) -> tuple[Any, ...]:
         if done is None:
@@ -181,11 +181,11 @@ def households_panel(ui: Controller, encoder: gr.Dropdown, listing: Listing) -> 
                 Control(leave_button, "Leave household")]
 
     def found(label: str, probe: Any, second: Any, encoder: str | None, request: gr.Request) -> str:
-        return ui.found_household(label, probe, second, encoder, request)
+        return ui.homes.found(label, probe, second, encoder, request)
 
     def join(label: str, member: Any, member_second: Any, newcomer: Any, newcomer_second: Any, encoder: str | None,
              request: gr.Request) -> str:
-        return ui.join_household(label, member, member_second, newcomer, newcomer_second, encoder, request)
+        return ui.homes.join(label, member, member_second, newcomer, newcomer_second, encoder, request)
 
     def landed(probes: int) -> Callable[..., tuple[Any, ...]]:
         def shown(done: str | None, unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
@@ -204,7 +204,7 @@ def households_panel(ui: Controller, encoder: gr.Dropdown, listing: Listing) -> 
            name="page:join_household", show_progress_on=[message], **RAW)
 
     def leave(label: str, probe: Any, second: Any, encoder: str | None, request: gr.Request) -> str:
-        return ui.leave_household(label, probe, second, encoder, request)
+        return ui.homes.leave(label, probe, second, encoder, request)
 
     action(ui, [leave_button.click], "household", controls, leave, [leave_name, leaver, leaver_second, encoder],
            left, landed(2), [left, listing.unlocked], [message, leave_name, leaver, leaver_second, *listing.outputs],
