@@ -51,6 +51,10 @@ def wipe(path: Path) -> None:
 
 
 HNSW_THRESHOLD = 20_000  # notes per owner from which a partition gets an hnswlib index (default)
+# An exact scan of at most this many floats (512 KB: 341 notes of 384-d) scores each row with np.vecdot, one
+# thread by construction; a larger one takes BLAS gemv on one thread. Switching BLAS's threads (threadpoolctl)
+# cost about 0.1 ms with cold caches, a sixth of a search after the gate at 1M notes (benchmarks/peers.py).
+SMALL_SCAN = 1 << 17
 
 
 class Partitions:
@@ -167,8 +171,11 @@ class Partitions:
         k = min(k, n)
         if k <= 0:
             return []
-        with one_thread():
-            scores_all = matrix @ query
+        if matrix.size <= SMALL_SCAN:
+            scores_all = np.vecdot(matrix, query)
+        else:
+            with one_thread():
+                scores_all = matrix @ query
         positions = np.argpartition(-scores_all, k - 1)[:k] if k < n else np.arange(n)
         scores = scores_all[positions]
         order = np.lexsort((positions, -scores))  # by score, then chronological position

@@ -2,7 +2,8 @@
 
 NoteRows is Store's half for notes (biomem.stores.sqlite.store): a note is reached by id only together with its
 owner, links join two notes of one owner (a trigger refuses others), and every change bumps the
-owner's generation, which the partition indexes follow.
+owner's generation, which the partition indexes follow. A note is read in one query with the ids it links to
+and the members it is hidden from (NOTE_SELECT).
 """
 
 from __future__ import annotations
@@ -33,6 +34,17 @@ from ..records import (
     to_blob,
 )
 
+# NOTE_COLUMNS, then the ids the note links to and the members it is hidden from, comma-separated: one query
+# reads a search's hits whole (both subqueries walk a primary key: (source_id, target_id), (note_id, identity_id))
+NOTE_SELECT = (f"SELECT {NOTE_COLUMNS}, "
+               "(SELECT group_concat(l.target_id) FROM links l WHERE l.source_id = notes.id), "
+               "(SELECT group_concat(h.identity_id) FROM hidden h WHERE h.note_id = notes.id) FROM notes")
+
+
+def id_list(joined: str | None) -> list[int]:
+    """The ids of a group_concat, ascending ([] for NULL)."""
+    return sorted(int(i) for i in joined.split(",")) if joined else []
+
 
 class NoteRows:
     """Notes, links and history of a Store, which supplies the connection, its lock, transactions,
@@ -43,11 +55,12 @@ class NoteRows:
     transaction: Callable[[], AbstractContextManager[sqlite_utils.Database]]
     identity: Callable[[int], Identity]
     get_meta: Callable[[str, str | None], str | None]
+    memo: Callable[[tuple, Callable[[], Any]], Any]
 
     def generation(self, owner_id: int) -> int:
-        with self.lock:
-            row = self.db.execute("SELECT generation FROM identities WHERE id = ?",
-                                  [int(owner_id)]).fetchone()
+        owner_id = int(owner_id)
+        row = self.memo(("generation", owner_id), lambda: self.db.execute(
+            "SELECT generation FROM identities WHERE id = ?", [owner_id]).fetchone())
         return int(row[0]) if row else -1
 
     @staticmethod
@@ -88,38 +101,19 @@ class NoteRows:
             generation = self._bump_generation(db, owner_id)
         return ids, generation
 
-    def _note_row(self, owner_id: int, note_id: int) -> tuple:
-        row = self.db.execute(f"SELECT {NOTE_COLUMNS} FROM notes WHERE id = ? AND owner_id = ?",
-                              [check_id(note_id), int(owner_id)]).fetchone()
-        if row is None:
-            raise NoteNotFoundError(f"no note {note_id} among your memories")
-        return row
-
-    def _links(self, note_ids: list[int]) -> dict[int, list[int]]:
-        return self._per_note(note_ids, "SELECT source_id, target_id FROM links WHERE source_id IN ({}) "
-                                        "ORDER BY target_id")
-
-    def _hidden(self, note_ids: list[int]) -> dict[int, list[int]]:
-        return self._per_note(note_ids, "SELECT note_id, identity_id FROM hidden WHERE note_id IN ({}) "
-                                        "ORDER BY identity_id")
-
-    def _per_note(self, note_ids: list[int], sql: str) -> dict[int, list[int]]:
-        found: dict[int, list[int]] = {i: [] for i in note_ids}
-        for chunk_start in range(0, len(note_ids), 500):
-            chunk = note_ids[chunk_start:chunk_start + 500]
-            for note, value in self.db.execute(sql.format(",".join("?" * len(chunk))), chunk):
-                found[note].append(value)
-        return found
-
-    def _from_rows(self, rows: Sequence[tuple]) -> list[Note]:
-        ids = [r[0] for r in rows]
-        links, hidden = self._links(ids), self._hidden(ids)
-        return [Note.from_row(r, links[r[0]], hidden[r[0]]) for r in rows]
+    @staticmethod
+    def _from_rows(rows: Sequence[tuple]) -> list[Note]:
+        """The notes of rows of NOTE_SELECT."""
+        return [Note.from_row(r, id_list(r[9]), id_list(r[10])) for r in rows]
 
     def get_note(self, owner_id: int, note_id: int) -> Note:
         """The note `note_id` if `owner_id` owns it, else NoteNotFoundError."""
         with self.lock:
-            return self._from_rows([self._note_row(owner_id, note_id)])[0]
+            row = self.db.execute(f"{NOTE_SELECT} WHERE id = ? AND owner_id = ?",
+                                  [check_id(note_id), int(owner_id)]).fetchone()
+        if row is None:
+            raise NoteNotFoundError(f"no note {note_id} among your memories")
+        return self._from_rows([row])[0]
 
     def get_notes(self, owner_id: int, note_ids: Iterable[int]) -> list[Note]:
         """Notes of `owner_id` among `note_ids`, in the given order (others are skipped)."""
@@ -138,30 +132,28 @@ class NoteRows:
                 chunk = wanted[start:start + 500]
                 marks = ",".join("?" * len(chunk))
                 for row in self.db.execute(
-                        f"SELECT {NOTE_COLUMNS} FROM notes "
-                        f"WHERE +owner_id IN ({owned}) AND id IN ({marks})",  # '+': look up by id, then check
+                        f"{NOTE_SELECT} WHERE +owner_id IN ({owned}) AND id IN ({marks})",  # '+': by id, then check
                         [*owners, *chunk]):
                     rows[row[0]] = row
-            found = {n.id: n for n in self._from_rows(list(rows.values()))}
+        found = {n.id: n for n in self._from_rows(list(rows.values()))}
         return [found[i] for i in wanted if i in found]
 
     def all_notes(self, owner_id: int) -> list[Note]:
         """Every note of `owner_id`, oldest first."""
         with self.lock:
-            rows = self.db.execute(
-                f"SELECT {NOTE_COLUMNS} FROM notes "
-                "WHERE owner_id = ? ORDER BY timestamp, id", [int(owner_id)]).fetchall()
-            return self._from_rows(rows)
+            rows = self.db.execute(f"{NOTE_SELECT} WHERE owner_id = ? ORDER BY timestamp, id",
+                                   [int(owner_id)]).fetchall()
+        return self._from_rows(rows)
 
     def find_note(self, owners: Sequence[int], note_id: int) -> Note:
         """The note `note_id` if one of `owners` owns it, else NoteNotFoundError."""
         marks = ", ".join("?" * len(owners))
         with self.lock:
-            row = self.db.execute(f"SELECT {NOTE_COLUMNS} FROM notes WHERE id = ? AND owner_id IN ({marks})",
+            row = self.db.execute(f"{NOTE_SELECT} WHERE id = ? AND owner_id IN ({marks})",
                                   [check_id(note_id), *[int(o) for o in owners]]).fetchone()
-            if row is None:
-                raise NoteNotFoundError(f"no note {note_id} among your memories")
-            return self._from_rows([row])[0]
+        if row is None:
+            raise NoteNotFoundError(f"no note {note_id} among your memories")
+        return self._from_rows([row])[0]
 
     def list_notes(self, owners: Sequence[int], *, where: Filter | None = None, excluded: Collection[int] = (),
                    offset: int = 0, limit: int | None = None) -> tuple[list[Note], int]:
@@ -170,10 +162,10 @@ class NoteRows:
         condition, args = self._condition(owners, where, excluded)
         with self.lock:
             (total,) = self.db.execute(f"SELECT count(*) FROM notes WHERE {condition}", args).fetchone()
-            rows = self.db.execute(f"SELECT {NOTE_COLUMNS} FROM notes WHERE {condition} ORDER BY timestamp, id "
+            rows = self.db.execute(f"{NOTE_SELECT} WHERE {condition} ORDER BY timestamp, id "
                                    "LIMIT ? OFFSET ?", [*args, -1 if limit is None else int(limit),
                                                         int(offset)]).fetchall()
-            return self._from_rows(rows), int(total)
+        return self._from_rows(rows), int(total)
 
     def note_ids_where(self, owner_id: int, where: Filter) -> np.ndarray:
         """Ids of the owner's notes that match `where` (a search's filter, applied before its top-K)."""
@@ -195,18 +187,18 @@ class NoteRows:
 
     def group_ids(self, identity_id: int) -> list[int]:
         """Ids of the groups a person is a member of, oldest first (what a search reaches)."""
-        with self.lock:
-            return [r[0] for r in self.db.execute("SELECT group_id FROM members WHERE identity_id = ? "
-                                                  "ORDER BY group_id", [int(identity_id)])]
+        identity_id = int(identity_id)
+        return list(self.memo(("groups", identity_id), lambda: tuple(r[0] for r in self.db.execute(
+            "SELECT group_id FROM members WHERE identity_id = ? ORDER BY group_id", [identity_id]))))
 
     def hidden_notes(self, people: Sequence[int], owners: Sequence[int]) -> set[int]:
         """Ids of the notes of `owners` (groups) hidden from any of `people`."""
         if not people or not owners:
             return set()
-        with self.lock:
-            return {r[0] for r in self.db.execute(
-                f"SELECT note_id FROM hidden WHERE identity_id IN ({', '.join('?' * len(people))}) "
-                f"AND owner_id IN ({', '.join('?' * len(owners))})", [*map(int, people), *map(int, owners)])}
+        people, owners = tuple(map(int, people)), tuple(map(int, owners))
+        return set(self.memo(("hidden", people, owners), lambda: frozenset(r[0] for r in self.db.execute(
+            f"SELECT note_id FROM hidden WHERE identity_id IN ({', '.join('?' * len(people))}) "
+            f"AND owner_id IN ({', '.join('?' * len(owners))})", [*people, *owners]))))
 
     def circles(self, owner_id: int) -> dict[int, tuple[int | None, frozenset[int]]]:
         """Note id -> (its author, the members it is hidden from) for every note of the owner: whose words a

@@ -6,6 +6,11 @@ threads behind one lock (the single write path); WAL keeps other processes' read
 
 Store opens, seals, migrates and checkpoints the file and keeps identities, templates,
 thresholds and meta; NoteRows (note_rows.py) adds the notes, links and history; the schema is schema.py's.
+
+The small rows every request reads (an owner's identity, generation and groups, meta, thresholds, cool-downs)
+are remembered between writes (Store.memo): a search asks SQLite whether anything changed (`PRAGMA
+data_version` for other connections, the connection's change count for its own writes) instead of reading
+them again, so a read right after any write, by any process, sees it.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -39,6 +44,8 @@ from .schema import SCHEMA, SCHEMA_VERSION, V5_COLUMNS, V6_COLUMNS, statements
 
 log = logging.getLogger(__name__)
 
+MEMO_ROWS = 100_000  # remembered reads kept between two writes; past it they are all read again
+
 
 class Store(NoteRows, SealedTemplates, Derived):
     """Typed access to the SQLite file; every public method is atomic and thread-safe.
@@ -54,6 +61,8 @@ class Store(NoteRows, SealedTemplates, Derived):
         self.lock = threading.RLock()
         self.closed = False
         self.erasure_pending = False  # a forget whose WAL checkpoint was blocked by a reader
+        self._memo: dict[tuple, Any] = {}
+        self._memo_version: tuple[int, int] | None = None  # (own changes, data_version) the memo was read at
         try:
             conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30,
                                    isolation_level=None)  # transactions are explicit, see transaction()
@@ -160,6 +169,8 @@ class Store(NoteRows, SealedTemplates, Derived):
             except BaseException:
                 self.db.execute("ROLLBACK")
                 raise
+            finally:
+                self._memo.clear()  # no row remembered from before a change (a forgotten person's) outlives it
             self.db.execute("COMMIT")
 
     def close(self) -> None:
@@ -199,10 +210,26 @@ class Store(NoteRows, SealedTemplates, Derived):
             finally:
                 self.db.execute("PRAGMA busy_timeout=30000")
 
+    def memo(self, key: tuple, read: Callable[[], Any]) -> Any:
+        """`read()`'s value, remembered until the file changes: any write of this connection (its change count
+        moves) or of another connection or process (`PRAGMA data_version` moves). Inside a transaction it is
+        read afresh and not kept (a rollback would leave it wrong). Values must not be changed by callers."""
+        with self.lock:
+            conn = self.db.conn
+            if conn.in_transaction:
+                return read()
+            version = (conn.total_changes, conn.execute("PRAGMA data_version").fetchone()[0])
+            if version != self._memo_version or len(self._memo) >= MEMO_ROWS:
+                self._memo.clear()
+                self._memo_version = version
+            if key not in self._memo:
+                self._memo[key] = read()
+            return self._memo[key]
+
     # meta and thresholds
     def get_meta(self, key: str, default: str | None = None) -> str | None:
-        with self.lock:
-            row = self.db.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+        row = self.memo(("meta", key), lambda: self.db.execute("SELECT value FROM meta WHERE key = ?",
+                                                                [key]).fetchone())
         return row[0] if row else default
 
     def set_meta(self, key: str, value: str) -> None:
@@ -212,16 +239,14 @@ class Store(NoteRows, SealedTemplates, Derived):
     def threshold(self, modality: str, *, step_up: bool = False) -> tuple[float, str] | None:
         """(τ, provenance) stored for `modality` (the step-up τ with `step_up`), else None."""
         columns = "tau_strict, strict_source" if step_up else "tau, source"
-        with self.lock:
-            row = self.db.execute(f"SELECT {columns} FROM thresholds WHERE modality = ?",
-                                  [modality]).fetchone()
+        row = self.memo(("thresholds", columns, modality), lambda: self.db.execute(
+            f"SELECT {columns} FROM thresholds WHERE modality = ?", [modality]).fetchone())
         return (float(row[0]), row[1]) if row and row[0] is not None else None
 
     def margin(self, modality: str) -> tuple[float, str] | None:
         """(δ, provenance) of the gate's ambiguity margin stored for `modality`, else None."""
-        with self.lock:
-            row = self.db.execute("SELECT delta, delta_source FROM thresholds WHERE modality = ?",
-                                  [modality]).fetchone()
+        row = self.memo(("thresholds", "delta", modality), lambda: self.db.execute(
+            "SELECT delta, delta_source FROM thresholds WHERE modality = ?", [modality]).fetchone())
         return (float(row[0]), row[1]) if row and row[0] is not None else None
 
     def calibrated(self) -> list[str]:
@@ -332,9 +357,9 @@ class Store(NoteRows, SealedTemplates, Derived):
 
     def identity(self, identity_id: int) -> Identity:
         """The owner `identity_id`, a person or a group; UnknownIdentityError when there is none."""
-        with self.lock:
-            row = self.db.execute("SELECT id, label, sample, kind FROM identities WHERE id = ?",
-                                  [check_id(identity_id, "identity")]).fetchone()
+        identity_id = check_id(identity_id, "identity")
+        row = self.memo(("identity", identity_id), lambda: self.db.execute(
+            "SELECT id, label, sample, kind FROM identities WHERE id = ?", [identity_id]).fetchone())
         if row is None:
             raise UnknownIdentityError(f"no identity with id {identity_id}")
         return Identity(row[0], row[1], bool(row[2]), row[3])
@@ -387,9 +412,9 @@ class Store(NoteRows, SealedTemplates, Derived):
     # attempt limits (biomem.identity.limits.AttemptLimiter)
     def attempt_wait(self, clients: list[str], now: float) -> float:
         """Seconds the longest cool-down of these client digests still lasts at `now` (0 if none)."""
-        with self.lock:
-            marks = ", ".join("?" * len(clients))
-            (end,) = self.db.execute(f"SELECT max(ends) FROM cooldowns WHERE client IN ({marks})", clients).fetchone()
+        marks = ", ".join("?" * len(clients))
+        (end,) = self.memo(("cooldowns", *clients), lambda: self.db.execute(
+            f"SELECT max(ends) FROM cooldowns WHERE client IN ({marks})", clients).fetchone())
         return max(0.0, (end or 0.0) - now)
 
     def attempt_miss(self, clients: list[str], now: float, limits: AttemptLimits,
