@@ -1,7 +1,9 @@
 """`biomem serve`: one ASGI server over one store — REST under /v1, MCP at /mcp, the web page at /.
 
     app.py     create_app(mem, settings): FastAPI with the three mounted, body limit; served() for tests
-    rest.py    the /v1 routes (Mem0-shaped): sessions, identities, memories, search, ask, households, health
+    rest/      the /v1 routes (Mem0-shaped), one module per resource: people (health, sessions, identities),
+               memories (with search and ask), households; common.py what they share
+    deps.py    the routes' typed dependencies: the engine and its worker threads
     models.py  their pydantic bodies and replies (the OpenAPI document at /v1/openapi.json)
     probes.py  a request's body -> fields and a probe (multipart files or base64 JSON, never a path)
     auth.py    API key -> Caller (role, session binding, attempt-limit keys), the loopback rule
