@@ -6,7 +6,9 @@
 Each rung PEOPLE:CAPTURES:DIM (default 10000:1:128, the shape earlier benchmarks measured, then 10000:1:512,
 10000:5:512, 100000:1:512, 100000:5:512) enrols synthetic face-like templates (biomem.identity.candidates.
 SyntheticFaces: people spread with a common direction and a low-rank part, captures clustered around each
-person) and probes them through `Gate.decide` (biomem.identity.gate), interleaved in rotating order:
+person) and probes them through `Gate.decide` (biomem.identity.gate), interleaved in rotating order (with
+--shuffle, a random order per probe: in rotating order each path always follows the same one, so `identify`
+always runs after the exact scan's read of the whole matrix and "before" after `identify` on the same probe):
 
 - "exact": no floor, the scan of every template (what fusion, enrolment checks and the demo disclosure use);
 - "identify": with a floor (τ), what `identify` passes: the candidate path admits a strong match (the best
@@ -26,11 +28,13 @@ enrolled); their scores are printed beside face-arcface-s's on the offline sampl
 ~25 s; --skip-calibration to leave it out). τ 0.4291, δ 0.18: face-arcface-s's calibrated values. Every decision
 of "identify" and "before" is compared with the exact scan's of the same probe (admitted set, identity, ambiguous
 flag, and every identity at or above the result's floor with its exact score, bit for bit): mismatches must be 0.
-Per rung also: the index build (one thread, the gate's BUILD_THREADS, and the hnswlib index size), an
-incremental update after one enrolment and one forgetting, and the template matrix's size.
+Per rung also: the int8 screen's build, the index build (--build-threads, default one: the gate's BUILD_THREADS;
+the hnswlib index size), an incremental update after one enrolment and one forgetting, and the template matrix's
+size.
 
---crossover (on by default; --skip-crossover) times the exact scan, the screen and the candidate path on genuine
-probes over 1,000..40,000 templates × 128 and 512 dimensions.
+--crossover (on by default; --skip-crossover) times the exact scan, the screen alone and identify's path (the
+index, else the screen) on genuine probes and strangers over 1,000..40,000 templates × 128 and 512 dimensions:
+where the path starts paying off (CANDIDATE_CELLS).
 --restart times an SQLite store's templates() (every sealed template opened) at the 10000:5:512 enrolment, the
 part of a restart the index build comes after.
 
@@ -98,20 +102,25 @@ def score_percentiles(scores: np.ndarray) -> list[float]:
     return [round(float(x), 3) for x in np.percentile(scores, [1, 5, 25, 50, 75, 95, 99])]
 
 
-def rung(people: int, captures: int, dim: int, probes: int, seed: int) -> dict[str, Any]:
+def rung(people: int, captures: int, dim: int, probes: int, seed: int, threads: int,
+         shuffle: bool = False) -> dict[str, Any]:
     say(f"rung {people:,} x {captures} x {dim}: enrolling")
     faces = SyntheticFaces(dim=dim, seed=seed)
     ids, matrix, centres = faces.gallery(people, captures)
     store = ArrayTemplates(ids, matrix, MODALITY)
     gate = Gate(store, background=False)
     templates = gate._templates(MODALITY)
-    say(f"building the index over {len(ids):,} templates")
-    old = Gate(store, background=False)  # the path before the screen, over the same snapshot and its index
-    old._cache[MODALITY] = templates
     started = time.perf_counter()
-    index = old.candidates.get(MODALITY, templates)
+    _ = templates.screen  # what the background refresh makes first
+    screen_build = time.perf_counter() - started
+    say(f"screened in {screen_build:.2f} s; building the index over {len(ids):,} templates on {threads} thread(s)")
+    started = time.perf_counter()
+    index = CandidateIndex(templates, threads=threads)
     build = time.perf_counter() - started
-    assert index is not None
+    old = Gate(store, background=False)  # the path before the screen, over the same snapshot and its index
+    for each in (gate, old):
+        each._cache[MODALITY] = templates
+        each.candidates._indexes[MODALITY] = index
     rng = np.random.default_rng(seed + 1)
     half = probes // 2
     kinds = {"genuine": faces.captures(centres[rng.integers(0, people, half)]),
@@ -131,7 +140,7 @@ def rung(people: int, captures: int, dim: int, probes: int, seed: int) -> dict[s
                     decide(old if name == "before" else gate, templates, probe, name)
             decided: dict[str, GateResult] = {}
             turn = i % len(order)
-            for name in order[turn:] + order[:turn]:
+            for name in rng.permutation(order) if shuffle else order[turn:] + order[:turn]:
                 before = gate.paths["screen"], old.paths["candidates"]
                 started = time.perf_counter()
                 if name == "product":
@@ -168,7 +177,7 @@ def rung(people: int, captures: int, dim: int, probes: int, seed: int) -> dict[s
     forget = time.perf_counter() - started
     row: dict[str, Any] = {
         "people": people, "captures": captures, "dim": dim, "templates": len(ids), "probes": probes,
-        "build_s": round(build, 2), "build_threads": candidates.BUILD_THREADS,
+        "build_s": round(build, 2), "build_threads": threads, "screen_build_s": round(screen_build, 3),
         "index_mb": round(index._hnsw.index_file_size() / 2 ** 20, 1),
         "matrix_mb": round(matrix.nbytes / 2 ** 20, 1), "incremental": bool(updated),
         "update_after_enrolment_s": round(enrol, 3), "update_after_forgetting_s": round(forget, 3),
@@ -183,35 +192,38 @@ def rung(people: int, captures: int, dim: int, probes: int, seed: int) -> dict[s
 
 
 def crossover(seed: int, probes: int) -> list[dict[str, Any]]:
-    """Exact scan against the candidate path on genuine probes, from 1,000 to 40,000 templates."""
+    """The exact scan, the screen alone and identify's path above the switch (the index, else the screen), on
+    genuine probes and strangers, from 1,000 to 40,000 templates: where the path starts paying off."""
     rows = []
     for dim in (128, 512):
         for n in (1_000, 2_000, 4_000, 8_000, 16_000, 40_000):
             faces = SyntheticFaces(dim=dim, seed=seed)
             ids, matrix, centres = faces.gallery(n, 1)
-            templates = Gate(ArrayTemplates(ids, matrix, MODALITY), background=False)._templates(MODALITY)
-            index = CandidateIndex(templates, threads=2)
-            gate = Gate(ArrayTemplates(ids, matrix, MODALITY))
-            gate._cache[MODALITY] = templates
-            gate.candidates._indexes[MODALITY] = index
-            batch = faces.captures(centres[np.random.default_rng(seed).integers(0, n, probes)])
-            spent: dict[str, list[float]] = {"exact": [], "screen": [], "candidates": []}
-            for i, vector in enumerate(batch):
-                probe = Probe(vector, MODALITY)
-                turn = i % len(spent)
-                for name in [*spent][turn:] + [*spent][:turn]:
-                    started = time.perf_counter()
-                    if name == "exact":
-                        gate.decide(probe, TAU, "best", DELTA)
-                    elif name == "screen":
-                        gate._screened(probe, templates, TAU, "best", DELTA, TAU)
-                    else:
-                        gate._candidates(probe, templates, TAU, "best", DELTA)
-                    spent[name].append(time.perf_counter() - started)
-            rows.append({"templates": n, "dim": dim, "cells": n * dim,
-                         **{f"{name}_p50_ms": ms(v[10:], 50) for name, v in spent.items()}})
-            say(f"crossover {n:,} x {dim}: exact {rows[-1]['exact_p50_ms']} ms, screen {rows[-1]['screen_p50_ms']} "
-                f"ms, candidates {rows[-1]['candidates_p50_ms']} ms")
+            gate = Gate(ArrayTemplates(ids, matrix, MODALITY), background=False)
+            templates = gate._templates(MODALITY)
+            _ = templates.screen
+            gate.candidates._indexes[MODALITY] = CandidateIndex(templates, threads=2)
+            kinds = {"genuine": faces.captures(centres[np.random.default_rng(seed).integers(0, n, probes)]),
+                     "stranger": faces.captures(faces.centres(probes))}
+            row: dict[str, Any] = {"templates": n, "dim": dim, "cells": n * dim}
+            for kind, batch in kinds.items():
+                spent: dict[str, list[float]] = {"exact": [], "screen": [], "identify": []}
+                for i, vector in enumerate(batch):
+                    probe = Probe(vector, MODALITY)
+                    turn = i % len(spent)
+                    for name in [*spent][turn:] + [*spent][:turn]:
+                        started = time.perf_counter()
+                        if name == "exact":
+                            gate.decide(probe, TAU, "best", DELTA)
+                        elif name == "screen":
+                            gate._screened(probe, templates, TAU, "best", DELTA, TAU)
+                        else:
+                            gate._candidates(probe, templates, TAU, "best", DELTA) or \
+                                gate._screened(probe, templates, TAU, "best", DELTA, TAU)
+                        spent[name].append(time.perf_counter() - started)
+                row[kind] = {f"{name}_p50_ms": ms(v[10:], 50) for name, v in spent.items()}
+            rows.append(row)
+            say(f"crossover {n:,} x {dim}: {row['genuine']} / {row['stranger']}")
     return rows
 
 
@@ -287,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ladder", default=DEFAULT_LADDER, help="PEOPLE:CAPTURES:DIM,... (default %(default)s)")
     ap.add_argument("--probes", type=int, default=2_000, help="probes per rung, half genuine (default %(default)s)")
     ap.add_argument("--seed", type=int, default=28)
+    ap.add_argument("--build-threads", type=int, default=candidates.BUILD_THREADS,
+                    help="threads of each rung's index build, not timed with the probes (default %(default)s)")
+    ap.add_argument("--shuffle", action="store_true", help="each probe's paths in a random order, not rotated")
     ap.add_argument("--skip-crossover", action="store_true")
     ap.add_argument("--skip-calibration", action="store_true")
     ap.add_argument("--restart", action="store_true", help="time an SQLite store's templates() at 10000:5:512")
@@ -303,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         "scores": {"synthetic": synthetic_scores(args.seed),
                    "face-arcface-s samples": None if args.skip_calibration else calibration_scores()},
     }
-    results["rungs"] = [rung(*map(int, spec.split(":")), args.probes, args.seed)
+    results["rungs"] = [rung(*map(int, spec.split(":")), args.probes, args.seed, args.build_threads,
+                             args.shuffle)
                         for spec in args.ladder.split(",") if spec]
     if not args.skip_crossover:
         results["crossover"] = crossover(args.seed, 200)
@@ -312,10 +328,12 @@ def main(argv: list[str] | None = None) -> int:
     results["wall_s"] = round(time.time() - started)
     print(table(results["rungs"]))
     if "crossover" in results:
-        print("\n| templates × dim | exact p50 | screen p50 | candidates p50 |\n|---|---|---|---|")
+        print("\n| templates × dim | exact p50, genuine / stranger | screen p50 | identify's path p50 |\n"
+              "|---|---|---|---|")
         for r in results["crossover"]:
-            print(f"| {r['templates']:,} × {r['dim']} | {r['exact_p50_ms']} ms | {r['screen_p50_ms']} ms | "
-                  f"{r['candidates_p50_ms']} ms |")
+            g, x = r["genuine"], r["stranger"]
+            print(f"| {r['templates']:,} × {r['dim']} | " + " | ".join(
+                f"{g[f'{name}_p50_ms']} / {x[f'{name}_p50_ms']} ms" for name in ("exact", "screen", "identify")) + " |")
     print(f"\nscores: {json.dumps(results['scores'])}")
     print(f"wall time {results['wall_s']} s; JSON: {args.out}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -24,12 +24,12 @@ the gate searches as well. Every refusal (nobody, a weak match, an ambiguous pro
 through the int8 screen (biomem.identity.screen), which proves what it sets aside.
 tests/test_gate_candidates.py checks 100,000 probes of both kinds, and those aimed at the edges, against the scan.
 
-The index is built lazily per modality, off the request path (`CandidateIndexes`, a background thread: the exact
-scan answers meanwhile), and follows enrolment incrementally (hnswlib add_items, mark_deleted) when few rows
-changed; it answers only for the exact template snapshot it reflects, so a stale index is never read: a
-forgotten person's labels are deleted before the index answers for the store without them, and a new person's
-rows are in it before it answers for the store with them. It lives in memory only: templates are sealed at rest
-(biomem.stores.sealing) and an index file would hold them in the clear.
+The index is built lazily per modality, off the request path (`CandidateIndexes`, a background thread that makes the
+int8 screen first: the screen, or before it the exact scan, answers meanwhile), and follows enrolment incrementally
+(hnswlib add_items, mark_deleted) when few rows changed; it answers only for the exact template snapshot it
+reflects, so a stale index is never read: a forgotten person's labels are deleted before the index answers for the
+store without them, and a new person's rows are in it before it answers for the store with them. It lives in memory
+only: templates are sealed at rest (biomem.stores.sealing) and an index file would hold them in the clear.
 """
 
 from __future__ import annotations
@@ -51,11 +51,13 @@ log = logging.getLogger(__name__)
 
 # From how many template cells (templates × dimension) of one modality the gate takes the candidate path, and
 # decides what it declines through the int8 screen (biomem.identity.screen) rather than the float32 scan.
-# benchmarks/gate.py's crossover (docs/speed.md, 2 shared cores, genuine probes, M 32): the exact scan of
-# 4,000 × 512 took 0.59 ms against 1.14 ms for the candidate path, 8,000 × 512 1.69 against 1.65, 16,000 × 512
-# 3.28 against 2.12; they cross near 8,000 × 512 = 4,096,000 cells, where the switch is. Below it, no index, and
-# a decision lists every identity's score, as the scan does.
-CANDIDATE_CELLS = 4_096_000
+# benchmarks/gate.py's crossover (benchmarks/results/gate_10000x5.json, 2 shared cores under load, p50 genuine /
+# stranger): identify's path against the exact scan took 0.80 / 0.60 against 0.60 / 0.51 ms at 8,000 × 512,
+# 1.21 / 1.13 against 1.23 / 1.19 ms at 16,000 × 512, 1.52 / 1.91 against 4.64 / 3.52 ms at 40,000 × 512: they
+# cross near 16,000 × 512 = 8,192,000 cells. The switch sits at 10,000 × 512, the most the proof test's 5,000 × 2
+# enrolment (tests/test_gate_candidates.py) allows. Below it, no index or screen, and a decision lists every
+# identity's score, as the scan does.
+CANDIDATE_CELLS = 5_120_000
 # The candidate path decides only a probe whose best identity clears τ by δ and by STRONG (a cosine gap), one
 # near an enrolled template, where the graph is dense. With 0.18 (face-arcface-s's δ) the proof test's 100,000
 # probes over 10,000 people × 5 captures found one candidate decision in 29,417 that differed from the scan's:
@@ -72,6 +74,10 @@ K = 64
 WIDEN = 4
 K_REST = 32
 EF_QUERY = 16
+# The candidate path declines a probe, before scoring anything exactly, when hnswlib's own inner product with the
+# nearest template it found is below τ + STRONG by more than HINT: its float32 sum is within 1e-5 of the scan's,
+# so this leaves out strangers' probes, not strong matches (and a decline is always safe: the screen decides).
+HINT = 0.01
 # hnswlib's graph degree and construction breadth (build time grows with both). Over 10,000 people × 5 captures
 # at face-arcface-s's τ, the candidate path's decisions differed from the scan's 16 times in 8,017 with M 16 and
 # ef_construction 100 (a runner-up at τ or more left unfound: five captures of one person fill a sparse
@@ -98,15 +104,16 @@ class Templates:
     matrix: np.ndarray  # (rows, dim) unit-norm float32
     owners: np.ndarray  # identity of each group of rows, in row order
     starts: np.ndarray  # first row of each group, then the row count
-    sorter: np.ndarray  # argsort(owners), to find an identity's group
+    group: np.ndarray  # the group of each row (a gather per lookup, not a search: ~100 a candidate decision)
 
     @classmethod
     def load(cls, version: str, ids: np.ndarray, matrix: np.ndarray) -> Templates:
         ids = np.asarray(ids, dtype=np.int64)
         firsts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.zeros(0, np.int64)
         owners = ids[firsts]
-        return cls(version, ids, matrix, owners, np.r_[firsts, len(ids)].astype(np.int64),
-                   np.argsort(owners, kind="stable"))
+        starts = np.r_[firsts, len(ids)].astype(np.int64)
+        return cls(version, ids, matrix, owners, starts, np.repeat(np.arange(len(owners), dtype=np.int64),
+                                                                   np.diff(starts)))
 
     @property
     def rows(self) -> int:
@@ -124,43 +131,81 @@ class Templates:
 
     @cached_property
     def screen(self) -> Screen:
-        """The int8 screen of the matrix, made on first use (0.14 s for 50,000 × 512)."""
+        """The int8 screen of the matrix, made on first use (0.14 s for 50,000 × 512): by the background refresh
+        (`CandidateIndexes`), or carried over from the previous snapshot (`carry_screen`)."""
         return Screen.build(self.matrix)
 
-    def above(self, probe: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-        """(groups, their exact best cosine) of every group scoring `level` or more with the probe, and no other:
-        the screen's rows scored exactly (a group's best row reaches `level`, so the screen keeps it)."""
-        rows = self.screen.rows(probe, level)
+    @property
+    def screened(self) -> bool:
+        """Whether the int8 screen is made: until it is, the gate scans exactly rather than wait for it."""
+        return "screen" in self.__dict__
+
+    def carry_screen(self, old: Templates) -> None:
+        """Make the screen from `old`'s when few rows changed (REBUILD_SHARE): the kept rows' codes copied, the
+        new rows quantised, an enrolment's cost rather than a build's; else the background refresh makes it."""
+        if not old.screened or old.dim != self.dim:
+            return
+        keep_old, keep_new = self.kept(old)
+        if self.rows - len(keep_new) + old.rows - len(keep_old) <= REBUILD_SHARE * max(self.rows, 1):
+            object.__setattr__(self, "screen", old.screen.carry(keep_old, self.matrix, keep_new))
+
+    def kept(self, old: Templates) -> tuple[np.ndarray, np.ndarray]:
+        """(rows of `old`, the same rows here) of the identities whose templates carried over unchanged: an
+        identity that kept its templates, or gained some, keeps them; one that went or whose templates changed
+        keeps none."""
+        old_counts, new_counts = np.diff(old.starts), np.diff(self.starts)
+        _, at_old, at_new = np.intersect1d(old.owners, self.owners, assume_unique=True, return_indices=True)
+        grows = new_counts[at_new] >= old_counts[at_old]
+        at_old, at_new = at_old[grows], at_new[grows]
+        old_rows, firsts = old.rows_of(at_old)
+        new_rows = np.repeat(self.starts[at_new] - old.starts[at_old], old_counts[at_old]) + old_rows
+        same = _rows_equal(old.matrix, old_rows, self.matrix, new_rows)
+        kept = np.logical_and.reduceat(same, firsts) if len(firsts) else np.zeros(0, bool)
+        at_old, at_new = at_old[kept], at_new[kept]
+        keep_old, _ = old.rows_of(at_old)
+        return keep_old, np.repeat(self.starts[at_new] - old.starts[at_old], old_counts[at_old]) + keep_old
+
+    def above(self, probe: np.ndarray, level: float, reach: float = np.inf,
+              lower: float | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+        """(groups, their exact best cosine, the level) of every group scoring the level or more with the probe,
+        and no other: `level`, or `lower` when some group reaches `reach` (a match, whose runner-up the margin rule
+        reads lower down). The screen's rows are scored exactly (a group's best row reaches the level, so the
+        screen keeps it); its int8 products are read once for both levels."""
+        near, wide = self.screen.rows_at(probe, level, level if lower is None else lower)
+        groups, best = self._reaching(near, probe, level)
+        if lower is not None and lower < level and len(best) and float(best.max()) >= reach:
+            return *self._reaching(wide, probe, lower), lower
+        return groups, best, level
+
+    def _reaching(self, rows: np.ndarray, probe: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+        """(groups, exact best cosine) of the groups whose rows among `rows` score `level` or more."""
         sims = cosines(self.matrix[rows], probe)
         reached = sims >= level
         rows, sims = rows[reached], sims[reached]
         if not len(rows):
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-        groups = self.groups_of(rows)
+        groups = self.group[rows]
         firsts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])  # rows ascend, so groups do
         return groups[firsts], np.maximum.reduceat(sims, firsts)
 
     def groups_of(self, rows: np.ndarray) -> np.ndarray:
         """The group of each row."""
-        return np.searchsorted(self.starts, rows, side="right") - 1
+        return self.group[rows]
 
     def rows_of(self, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(every row of these groups, each group's first position in it)."""
-        counts = self.starts[groups + 1] - self.starts[groups]
-        offsets = np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64)
-        rows = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(self.starts[groups] - offsets, counts)
-        return rows, offsets
+        firsts = self.starts[groups]
+        counts = self.starts[groups + 1] - firsts
+        ends = np.cumsum(counts)
+        offsets = ends - counts
+        return np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(firsts - offsets, counts), offsets
 
-
-@dataclass
-class Found:
-    """What one index query found, scored exactly."""
-
-    groups: np.ndarray  # the groups (identities, by position in Templates.owners) of the returned templates
-    best: np.ndarray  # the probe's exact best cosine with each of them, over all their templates
-    lowest: float  # the lowest exact score among the returned templates (the k-th neighbour's, in truth)
-    everything: bool  # the index returned every template it holds
-    best_row: int  # the row of the template the probe scores highest with
+    def score(self, groups: np.ndarray, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(every row of these groups, ascending; its exact cosine with the probe; each group's best): the scan's
+        scores, bit for bit (`cosines`)."""
+        rows, offsets = self.rows_of(groups)
+        sims = cosines(self.matrix[rows], probe)
+        return rows, sims, np.maximum.reduceat(sims, offsets) if len(rows) else sims
 
 
 class _Shared:
@@ -219,26 +264,20 @@ class CandidateIndex:
     def size(self) -> int:
         return self.templates.rows
 
-    def query(self, query: np.ndarray, k: int, templates: Templates, probe: np.ndarray | None = None) -> Found | None:
-        """The k templates nearest `query`, and every template of their identities scored exactly with `probe`
-        (default the query); None when the index does not reflect `templates` (stale) or is being updated."""
+    def nearest(self, query: np.ndarray, k: int, templates: Templates) -> tuple[np.ndarray, float] | None:
+        """(the rows of the k templates nearest `query`, hnswlib's own inner product with the nearest: a hint, not
+        the scan's score); None when the index does not reflect `templates` (stale) or is being updated."""
         with self._lock.reading() as allowed:
             if not allowed or self.templates is not templates:
                 return None
-            k = min(k, templates.rows)
             try:
-                labels, _ = self._hnsw.knn_query(query, k=k, num_threads=1)
+                labels, distances = self._hnsw.knn_query(query, k=min(k, templates.rows), num_threads=1)
             except RuntimeError:  # hnswlib found fewer than k (deleted labels fill the graph): scan exactly
                 return None
             returned = self._rows[labels[0]]
-        if np.any(returned < 0):  # a deleted label: never expected; the exact scan is the safe answer
+        if returned.min() < 0:  # a deleted label: never expected; the exact scan is the safe answer
             return None
-        groups = np.unique(templates.groups_of(returned))
-        rows, offsets = templates.rows_of(groups)
-        sims = cosines(templates.matrix[rows], query if probe is None else probe)
-        where = np.searchsorted(rows, returned)  # rows is sorted: groups ascend and their rows are contiguous
-        return Found(groups, np.maximum.reduceat(sims, offsets), float(sims[where].min()),
-                     k >= templates.rows, int(rows[np.argmax(sims)]))
+        return returned, 1.0 - float(distances[0, 0])
 
     def update(self, new: Templates) -> bool:
         """Bring the index to `new` in place when few rows changed (False: rebuild instead). An identity that
@@ -247,16 +286,7 @@ class CandidateIndex:
         old = self.templates
         if new.dim != old.dim:
             return False
-        old_counts, new_counts = np.diff(old.starts), np.diff(new.starts)
-        common, at_old, at_new = np.intersect1d(old.owners, new.owners, assume_unique=True, return_indices=True)
-        grows = new_counts[at_new] >= old_counts[at_old]
-        at_old, at_new = at_old[grows], at_new[grows]
-        old_rows, firsts = old.rows_of(at_old)
-        new_rows = np.repeat(new.starts[at_new] - old.starts[at_old], old_counts[at_old]) + old_rows
-        same = _rows_equal(old.matrix, old_rows, new.matrix, new_rows)
-        kept = np.logical_and.reduceat(same, firsts) if len(firsts) else np.zeros(0, bool)
-        keep_old, _ = old.rows_of(at_old[kept])  # rows whose labels carry over
-        keep_new = np.repeat(new.starts[at_new[kept]] - old.starts[at_old[kept]], old_counts[at_old[kept]]) + keep_old
+        keep_old, keep_new = new.kept(old)  # rows whose labels carry over
         gone = np.setdiff1d(np.arange(old.rows), keep_old, assume_unique=True)
         added = np.setdiff1d(np.arange(new.rows), keep_new, assume_unique=True)
         if len(gone) + len(added) > REBUILD_SHARE * max(new.rows, 1) or \
@@ -355,6 +385,11 @@ class CandidateIndexes:
                         self._failed[modality] = templates
 
     def _refresh(self, modality: str, templates: Templates) -> None:
+        """The int8 screen first (a fraction of a second, and the gate's path meanwhile), then the index."""
+        if not templates.screened:
+            started = time.perf_counter()
+            _ = templates.screen
+            log.info("screened %d %s templates in %.2f s", templates.rows, modality, time.perf_counter() - started)
         index = self._indexes.get(modality)
         if index is not None and index.templates is templates:
             return

@@ -14,7 +14,7 @@ template cells on, the candidate path (biomem.identity.candidates): an hnswlib i
 template of their identities scored exactly, and the decision made on those scores, taken only for a strong
 match, where nothing below τ can change it or what the caller reads (see `Gate._candidates`); otherwise the
 same scan read through an int8 copy with a certified bound (biomem.identity.screen: only the rows that may
-reach the level are scored in float32).
+reach the level are scored in float32), made off the request path; until it is made the float32 scan answers.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import InvalidInputError, ModalityMismatchError
 from ..stores import MemoryStore
 from ..vocabulary import FUSIONS, POLICIES
-from .candidates import CANDIDATE_CELLS, K_REST, STRONG, WIDEN, CandidateIndexes, K, Templates
+from .candidates import CANDIDATE_CELLS, HINT, K_REST, STRONG, WIDEN, CandidateIndexes, K, Templates
 
 # δ per encoder until a calibrated one is stored (Biometrics.margin), from `calibrate_samples` (docs/gate.md):
 # face-arcface-s: τ 0.4291 minus the runner-up score 99% of its genuine probes stay under (0.247), rounded down;
@@ -119,11 +119,14 @@ def _admit(ids: np.ndarray, scores: np.ndarray, threshold: float, policy: str,
     if margin < 0 or not np.isfinite(margin):
         raise InvalidInputError(f"the ambiguity margin δ must be a finite number >= 0, got {margin}")
     above = np.flatnonzero(scores >= threshold)
+    if above.size == 0:
+        return [], False
     above = above[np.argsort(-scores[above], kind="stable")]
-    if policy == "all" or above.size == 0:
-        return [int(ids[i]) for i in above], False
+    if policy == "all":
+        return ids[above].tolist(), False
     best = scores[above[0]]
-    runner_up = np.max(np.delete(scores, above[0]), initial=-np.inf)
+    # the second largest score (the best's twin when two tie): every score but the best's, at most
+    runner_up = np.partition(scores, len(scores) - 2)[len(scores) - 2] if len(scores) > 1 else -np.inf
     if runner_up >= min(threshold, best - margin):
         return [], True
     return [int(ids[above[0]])], False
@@ -175,8 +178,10 @@ class Gate:
         with self._lock:
             cached = self._cache.get(modality)
             if cached is None or cached.version != version:
-                cached = Templates.load(version, *self.store.templates(modality))
-                self._cache[modality] = cached
+                fresh = Templates.load(version, *self.store.templates(modality))
+                if cached is not None:
+                    fresh.carry_screen(cached)
+                cached = self._cache[modality] = fresh
         return cached
 
     def modalities(self) -> list[str]:
@@ -210,8 +215,9 @@ class Gate:
         near-miss band, τ when it reads nothing), or None when it reads every identity's score of any result
         (the exact scan: fusion, the demo disclosure). With a floor, a store of CANDIDATE_CELLS template cells
         or more is decided by the candidate path (`_candidates`) when it can: it admits as the exact scan does
-        and its result is complete from τ up (`GateResult.floor`); else through the int8 screen (`_screened`):
-        the exact scan's decision, its result complete from the floor (or lower) up. A caller that un-admits a
+        and its result is complete from τ up (`GateResult.floor`); else through the int8 screen (`_screened`)
+        once it is made (off the request path: the exact scan answers until then): the exact scan's decision, its
+        result complete from min(floor, τ) (or lower) up. A caller that un-admits a
         candidate result (the attempt limiter's guard) and then reads below τ decides again without a floor
         (Biometrics.identify).
         """
@@ -225,17 +231,21 @@ class Gate:
             found = self._candidates(probe, templates, threshold, policy, margin)
             if found is not None:
                 return found
-            return self._screened(probe, templates, threshold, policy, margin, floor)
+            if templates.screened:
+                return self._screened(probe, templates, threshold, policy, margin, floor)
+            self.paths["scan: screen not ready"] += 1
         return self._result(probe, templates.owners, templates.best(probe.embedding), threshold, policy, margin)
 
     def _screened(self, probe: Probe, templates: Templates, threshold: float, policy: str, margin: float,
                   floor: float) -> GateResult:
         """The exact scan's decision, read through the int8 screen (biomem.identity.screen): every identity
-        scoring at or above the level, with its exact score, and no other. The level is the floor, or lower when
-        the rule reads lower: a runner-up within δ of a best at τ (τ − δ, policy "best"), or τ itself, so the
-        decision is the scan's and the result is complete from the level up (`GateResult.floor`)."""
-        level = min(floor, threshold - (margin if policy == "best" else 0.0))
-        groups, best = templates.above(probe.embedding, level)
+        scoring at or above the level, with its exact score, and no other. The level is the floor (τ when the
+        floor is higher): lower when someone reaches τ and the rule reads lower, a runner-up within δ of a best at
+        τ (τ − δ, policy "best"); so the decision is the scan's and the result is complete from the level up
+        (`GateResult.floor`)."""
+        level = min(floor, threshold)
+        lower = min(level, threshold - margin) if policy == "best" else level
+        groups, best, level = templates.above(probe.embedding, level, threshold, lower)
         self.paths["screen"] += 1
         return self._result(probe, templates.owners[groups], best, threshold, policy, margin, floor=level)
 
@@ -255,7 +265,8 @@ class Gate:
         everything else the probe resembles (biomem.identity.candidates). So the candidate path only admits,
         and only a strong match: the best identity clears τ by δ and by STRONG, so the decision reads nothing
         below τ. It asks for the K templates nearest the probe (K × WIDEN once when the K-th still scores τ or
-        more), and for the K_REST nearest the probe's part orthogonal to its best template (a second person blended
+        more; it declines unscored when hnswlib's own product with the nearest is HINT below the strong level),
+        and for the K_REST nearest the probe's part orthogonal to its best template (a second person blended
         into the probe is near that part); every template of each identity they name is scored exactly and
         the decision is made on those scores. When it admits, the result lists every identity it found, all
         at or above τ among them (floor τ). A probe that matches nobody, only weakly, or ambiguously is left to
@@ -265,34 +276,45 @@ class Gate:
         if index is None:
             self.paths["scan: index not ready"] += 1
             return None
-        vector = probe.embedding
+        vector, strong = probe.embedding, threshold + max(margin, STRONG)
         for k in (K, K * WIDEN):
-            found = index.query(vector, k, templates)
-            if found is None:
+            hits = index.nearest(vector, k, templates)
+            if hits is None:
                 self.paths["scan: index busy"] += 1
                 return None
-            if found.everything:
-                self.paths["candidates"] += 1
-                return self._result(probe, templates.owners[found.groups], found.best, threshold, policy, margin)
-            if float(found.best.max(initial=-np.inf)) < threshold + max(margin, STRONG):
+            returned, hint = hits
+            everything = len(returned) == templates.rows
+            if hint < strong - HINT and not everything:  # a stranger's probe, mostly: declined before any scoring
                 self.paths["scan: no strong match"] += 1
                 return None
-            if found.lowest < threshold:
+            groups = np.unique(templates.group[returned])
+            rows, sims, best = templates.score(groups, vector)
+            if everything:
+                self.paths["candidates"] += 1
+                return self._result(probe, templates.owners[groups], best, threshold, policy, margin)
+            if float(best.max()) < strong:
+                self.paths["scan: no strong match"] += 1
+                return None
+            if float(sims[np.searchsorted(rows, returned)].min()) < threshold:  # the k-th neighbour is below τ
                 break
         else:
             self.paths["scan: more than K × WIDEN templates above τ"] += 1
             return None
-        nearest = templates.matrix[found.best_row]
+        nearest = templates.matrix[rows[np.argmax(sims)]]
         rest = vector - np.float32(vector @ nearest) * nearest
         norm = float(np.linalg.norm(rest))
-        groups, best = found.groups, found.best
         if norm > 1e-6:
-            other = index.query(rest / np.float32(norm), K_REST, templates, probe=vector)
-            if other is None:
+            hits = index.nearest(rest / np.float32(norm), K_REST, templates)
+            if hits is None:
                 self.paths["scan: index busy"] += 1
                 return None
-            groups, first = np.unique(np.r_[groups, other.groups], return_index=True)
-            best = np.r_[best, other.best][first]  # an identity both found has the same exact score in each
+            found = np.unique(templates.group[hits[0]])
+            more = found[groups[np.minimum(np.searchsorted(groups, found), len(groups) - 1)] != found]
+            if len(more):  # identities only the second query found, scored as the first's were
+                groups = np.concatenate([groups, more])
+                best = np.concatenate([best, templates.score(more, vector)[2]])
+                order = np.argsort(groups)
+                groups, best = groups[order], best[order]
         result = self._result(probe, templates.owners[groups], best, threshold, policy, margin, floor=threshold)
         if not result.matched:  # a refusal lists whom it found, not all at or above τ: the scan lists them
             self.paths["scan: nobody admitted"] += 1

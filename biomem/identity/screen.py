@@ -73,12 +73,29 @@ class Screen:
             error, norm = max(error, float(errors.max())), max(norm, float(norms.max()))
         return cls(codes, scales, error, norm)
 
+    def carry(self, kept: np.ndarray, matrix: np.ndarray, rows: np.ndarray) -> Screen:
+        """The screen of `matrix`, whose rows `rows` hold this screen's rows `kept` unchanged: their codes copied,
+        the other rows quantised; E and N the larger of both, still bounds on every row."""
+        codes = np.empty(matrix.shape, dtype=np.int8)
+        scales = np.empty(len(matrix), dtype=np.float64)
+        codes[rows], scales[rows] = self.codes[kept], self.scales[kept]
+        added = np.setdiff1d(np.arange(len(matrix)), rows, assume_unique=True)
+        fresh = Screen.build(matrix[added])
+        codes[added], scales[added] = fresh.codes, fresh.scales
+        return Screen(codes, scales, max(self.error, fresh.error), max(self.norm, fresh.norm))
+
     def rows(self, probe: np.ndarray, level: float) -> np.ndarray:
         """The rows whose float32 score with `probe` may be `level` or more (every other row scores below it)."""
+        return self.rows_at(probe, level)[0]
+
+    def rows_at(self, probe: np.ndarray, *levels: float) -> list[np.ndarray]:
+        """For each level, the rows whose float32 score with `probe` may be that level or more (every other row
+        scores below it); the int8 products are read once for all levels."""
         if not len(self.codes):
-            return np.zeros(0, dtype=np.int64)
+            return [np.zeros(0, dtype=np.int64) for _ in levels]
         codes, scales, errors, norms = quantise(probe[None, :])
         rounded = float(np.linalg.norm(codes[0] * scales[0]))  # ‖p̂‖
         slack = rounded * self.error + (float(errors[0]) + gamma(len(probe)) * float(norms[0])) * self.norm + SLACK
         products = np.asarray(simsimd.cdist(self.codes, codes, metric="dot", dtype="int8")).reshape(-1)
-        return np.flatnonzero(self.scales * products >= (level - slack) / float(scales[0]))
+        scaled = self.scales * products
+        return [np.flatnonzero(scaled >= (level - slack) / float(scales[0])) for level in levels]
