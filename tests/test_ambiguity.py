@@ -10,7 +10,6 @@ The morph table and the capture rates of the docs (docs/gate.md) are printed by
 
 from __future__ import annotations
 
-import io
 import itertools
 from collections.abc import Callable
 from unittest import mock
@@ -35,6 +34,8 @@ from biomem.settings import Settings
 from biomem.ui import Controller, render
 from biomem.ui.messages import friendly
 from modalities.arcface import _bgr, detector_input
+
+from .shared import png
 
 ALPHAS = (0.3, 0.4, 0.5, 0.6, 0.7)
 ENROLLED = (0, 1, 3, 4, 5, 6)  # people of face_crops() the real-face tests enrol; 2 stays a stranger
@@ -304,8 +305,3 @@ def test_rest_says_the_gate_could_not_tell_and_names_nobody(look_alikes):
         for reply in (found, added):
             assert "person-" not in reply.text and "1234" not in reply.text and "9876" not in reply.text
 
-
-def png(image: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="PNG")
-    return buffer.getvalue()

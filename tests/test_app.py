@@ -42,6 +42,8 @@ from biomem.ui.turns import Crowded, Repeated, Turns
 from modalities.images import load_image
 from modalities.palmsynth import palm_capture
 
+from .shared import upload
+
 QUESTION = "What is my bank card PIN?"
 PINS = {"Ana": "4821", "Ben": "7390", "Chloe": "1156"}
 WIFI, PARTY = (text for text, *_ in DEMO_SHARED)  # the demo household's notes: for all, and hidden from Chloe
@@ -385,14 +387,6 @@ def test_a_streamed_frame_is_image_bytes_in_the_request_never_a_path(server, tmp
 
 # ---- handlers behind the private events ---------------------------------------------------------
 
-
-
-def upload(cache: Path, image: np.ndarray, name: str) -> str:
-    """A file where Gradio would put an upload: its own folder inside the cache."""
-    folder = cache / name
-    folder.mkdir()
-    Image.fromarray(image).save(folder / f"{name}.png")
-    return str(folder / f"{name}.png")
 
 
 def test_enrol_unlock_delete_and_forget_me(make_memory, capture, cache):

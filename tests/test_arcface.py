@@ -7,7 +7,6 @@ hand-made Hugging Face cache or a local-dir: folder, through insightface's own c
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
@@ -32,6 +31,8 @@ from biomem.errors import (
 from modalities import arcface
 from modalities.arcface import VECTRON_SOURCE, ArcFaceEncoder, ArcFaceSmallEncoder
 from tests.onnx_models import detector_model, face_box, recogniser_model
+
+from .shared import png
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -61,12 +62,6 @@ def hub_cache(root: Path, repo: str = "public-data/insightface", folder: str = "
     (repo_dir / "refs").mkdir()
     (repo_dir / "refs" / "main").write_text(COMMIT)
     return root
-
-
-def png_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(array).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 @pytest.fixture(autouse=True)
@@ -109,7 +104,7 @@ def test_embedding_is_512d_unit_norm_float32_and_deterministic(encoder, faces):
     assert first.shape == (512,) and first.dtype == np.float32
     assert np.isclose(np.linalg.norm(first), 1.0, atol=1e-6)
     assert np.array_equal(first, encoder.encode(faces[0].copy()))
-    assert np.allclose(first, encoder.encode(png_bytes(faces[0])), atol=1e-6)
+    assert np.allclose(first, encoder.encode(png(faces[0])), atol=1e-6)
 
 
 def test_different_faces_give_different_embeddings(encoder, faces):

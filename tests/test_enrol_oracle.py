@@ -9,15 +9,12 @@ the operator in-process and an admin key still get the precise one.
 
 from __future__ import annotations
 
-import io
-from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from PIL import Image
 
 from biomem.engine.keys import create_key
 from biomem.engine.messages import readable
@@ -38,6 +35,7 @@ from biomem.ui.messages import friendly
 from biomem.vocabulary import AttemptLimits
 
 from .conftest import BOTH_STORES
+from .shared import png, upload
 
 ANA, BEN, CARA = 0, 1, 2  # newcomer() people (none of the demo's sample people, whom no requester enrols); CARA
 # is never enrolled
@@ -118,12 +116,6 @@ def test_a_requester_cannot_tell_a_taken_name_from_an_enrolled_face(limited, new
 # ---- the surfaces: REST with an agent key and the page's controller --------------------------------
 
 
-def png(image: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 @pytest.fixture
 def api(limited):
     """REST over the limited store with an agent and an admin key (TestClient: no socket, no port)."""
@@ -155,14 +147,6 @@ def test_rest_enrolment_tries_end_in_429(api, newcomer):
     assert statuses == [409] * (api.mem.limiter.limits.budget // FACE_TAKEN_MISSES) + [429] * 2  # the budget spent
     refused = api.enrol("Someone New", newcomer(ANA, 2))
     assert int(refused.headers["retry-after"]) == pytest.approx(api.mem.limiter.limits.budget_window, abs=1)
-
-
-def upload(cache: Path, image: np.ndarray, name: str) -> str:
-    """A file where Gradio puts an upload: its own folder inside the upload cache."""
-    folder = cache / name
-    folder.mkdir()
-    Image.fromarray(image).save(folder / f"{name}.png")
-    return str(folder / f"{name}.png")
 
 
 def page_request(session: str) -> gr.Request:

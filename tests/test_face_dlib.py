@@ -25,6 +25,8 @@ from biomem.identity.samples import CROP_SIZE, augment, face_crops, group_photo_
 from modalities.face_dlib import DESCRIPTOR_FILE, DlibFaceEncoder
 from modalities.images import load_image
 
+from .shared import png
+
 SEEDS = range(6)
 TAU = DlibFaceEncoder.info.default_threshold
 
@@ -56,12 +58,6 @@ def captures(encoder, people) -> list[list[np.ndarray]]:
                 pass
         result.append(embeddings)
     return result
-
-
-def png_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(array).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def test_registry_lists_info_without_loading_weights():
@@ -126,13 +122,13 @@ def test_grayscale_and_rgba_inputs_work(encoder, people):
     rgba = np.dstack([people[1], np.full(people[1].shape[:2], 255, np.uint8)])
     assert float(encoder.encode(gray) @ colour) >= TAU
     assert float(encoder.encode(rgba) @ colour) >= TAU
-    assert float(encoder.encode(png_bytes(rgba)) @ colour) >= TAU
+    assert float(encoder.encode(png(rgba)) @ colour) >= TAU
     assert float(encoder.encode(gray.astype(np.float32) / 255) @ colour) >= TAU
 
 
 def test_path_bytes_and_pil_inputs_agree(encoder, people, tmp_path):
     path = tmp_path / "face.png"
-    path.write_bytes(png_bytes(people[2]))
+    path.write_bytes(png(people[2]))
     reference = encoder.encode(people[2])
     for source in (path, str(path), path.read_bytes(), Image.open(path)):
         np.testing.assert_array_equal(encoder.encode(source), reference)
@@ -158,7 +154,7 @@ def test_concurrent_calls_give_the_serial_result(encoder, people):
 
 def huge_png_header(width: int, height: int) -> bytes:
     """A tiny PNG whose IHDR claims width x height: decoding it would need gigabytes."""
-    small = png_bytes(np.zeros((8, 8), np.uint8))
+    small = png(np.zeros((8, 8), np.uint8))
     ihdr = b"IHDR" + struct.pack(">II", width, height) + small[24:29]
     return small[:12] + ihdr + struct.pack(">I", zlib.crc32(ihdr)) + small[33:]
 

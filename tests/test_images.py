@@ -56,17 +56,13 @@ from modalities.images import (
     load_image,
 )
 
+from .shared import png
+
 PHONE = (8160, 6144)  # a 50 Mpx main-camera photo (8160 x 6144 = 50.1 Mpx), taken as a JPEG
 PNG_PHOTO = (7296, 5472)  # a 40 Mpx photo saved as PNG (a 50 Mpx PNG would take 262 MB to decode: refused)
 RGBA = b"\x10\x80\xf0\x80"  # one half-transparent blue pixel
 ANA, BEN = 0, 3  # face_crops() people: Ana is enrolled from a plain crop, Ben from his 50 Mpx photo
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def png(image: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def phone_photo(face: np.ndarray, fmt: str) -> bytes:

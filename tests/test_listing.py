@@ -7,12 +7,8 @@ A capture that clears τ but not the step-up τ still reads a few notes by meani
 
 from __future__ import annotations
 
-import io
-
 import httpx
-import numpy as np
 import pytest
-from PIL import Image
 
 from biomem.engine.checks import BROAD_K, MAX_K
 from biomem.engine.keys import create_key
@@ -21,6 +17,7 @@ from biomem.server import create_app, served
 from biomem.settings import Settings
 
 from .conftest import ALICE, BOTH_STORES, STRANGER
+from .shared import png
 
 NOTES = 30
 
@@ -33,12 +30,6 @@ def crowded(make_memory, capture):
     mem.add_many([f"Errand number {i}: collect parcel {i} from the depot" for i in range(NOTES)], identity=alice.id)
     mem.set_threshold(0.999, step_up=True)
     return mem, alice
-
-
-def png(image: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(image).save(out, format="PNG")
-    return out.getvalue()
 
 
 @BOTH_STORES

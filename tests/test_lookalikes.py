@@ -10,7 +10,6 @@ ambiguous by face for good.
 
 from __future__ import annotations
 
-import io
 from types import SimpleNamespace
 from unittest import mock
 
@@ -40,6 +39,7 @@ from biomem.ui import Controller
 from biomem.ui.messages import friendly
 
 from .conftest import BOTH_STORES, captures_of
+from .shared import png, upload
 
 FACE, PALM = "face-arcface-s", "palm-compcode"
 ANA_PALM, TWIN_PALM, STRANGER_PALM = 201, 202, 203  # synthetic palm seeds, none of the demo's
@@ -178,12 +178,6 @@ def test_a_requester_cannot_push_an_enrolled_person_into_needing_a_palm(make_mem
     assert mem.identify(newcomer_probe(1, 1)).identity == ben.id
 
 
-def png(array: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(array).save(out, format="PNG")
-    return out.getvalue()
-
-
 def test_rest_enrols_face_and_palm_at_once_for_an_admin_only(make_memory, twins):
     mem = make_memory()
     ana_face, twin_face = twins
@@ -215,14 +209,6 @@ def test_rest_enrols_face_and_palm_at_once_for_an_admin_only(make_memory, twins)
                                 "probe_palm-compcode": ("p.png", png(demo_palm(TWIN_PALM, 2)), "image/png")})
         assert both.status_code == 200 and both.json()["gate"]["label"] == "Twin", both.text
     assert [i.label for i in mem.identities()] == [ana.label, "Twin"]
-
-
-def upload(cache, image: np.ndarray, name: str) -> str:
-    """A file where Gradio would put an upload: its own folder inside the cache."""
-    folder = cache / name
-    folder.mkdir()
-    Image.fromarray(image).save(folder / f"{name}.png")
-    return str(folder / f"{name}.png")
 
 
 def test_the_admin_page_enrols_a_twin_with_palm_images_and_a_visitor_page_cannot(make_memory, twins, cache):
