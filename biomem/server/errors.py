@@ -4,7 +4,7 @@
 
 Engine errors keep their class name as `type` (biomem.client raises the same class again) and take
 title and message from biomem.engine.messages.readable, so the API and the page say the same thing.
-The status says what kind of refusal it is (STATUS); nothing unexpected ever reaches a client
+The status says what kind of refusal it is (the same table's); nothing unexpected ever reaches a client
 beyond "Something went wrong": the traceback goes to the server log.
 """
 
@@ -20,63 +20,15 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..engine.messages import readable
+from ..engine.messages import readable, refusal_of
 from ..errors import (
-    AlreadyEnrolledError,
-    AmbiguousProbeError,
-    AuthenticationError,
     BioMemError,
-    DisclosureError,
-    DuplicateLabelError,
-    EnrolmentError,
-    EnrolmentLimitError,
-    EnrolmentRefusedError,
-    ForgetIncompleteError,
-    GroupNotFoundError,
     InvalidInputError,
-    KeyUnavailableError,
-    LLMError,
-    ModelUnavailableError,
-    NotAuthorisedError,
-    NoteNotFoundError,
-    SampleCaptureError,
-    SampleReadOnlyError,
-    SessionExpiredError,
-    StepUpRequiredError,
-    StoreCorruptError,
     TooManyAttemptsError,
-    UnknownIdentityError,
 )
 
 log = logging.getLogger("biomem.server")
 
-# (engine error class, HTTP status); the first match wins, so subclasses come first.
-STATUS: list[tuple[type[BaseException], int]] = [
-    (TooManyAttemptsError, 429),
-    (SessionExpiredError, 401),
-    (SampleReadOnlyError, 403),  # a demo sample person's memories: read-only to any probe
-    (NotAuthorisedError, 403),
-    (AuthenticationError, 401),
-    (NoteNotFoundError, 404),
-    (GroupNotFoundError, 404),
-    (AmbiguousProbeError, 422),  # a look-alike capture: a clearer one may pass
-    (UnknownIdentityError, 403),
-    (StepUpRequiredError, 403),
-    (AlreadyEnrolledError, 409),
-    (DuplicateLabelError, 409),
-    (EnrolmentRefusedError, 409),
-    (SampleCaptureError, 403),  # a demo sample person's capture: nobody's own to enrol
-    (EnrolmentLimitError, 409),  # the store is full for its τ: raise τ first
-    (EnrolmentError, 422),
-    (InvalidInputError, 422),  # bad input, not an image, no face, two faces, wrong modality
-    (LLMError, 502),
-    (ModelUnavailableError, 503),
-    (KeyUnavailableError, 503),
-    (ForgetIncompleteError, 503),
-    (StoreCorruptError, 500),
-    (DisclosureError, 500),
-    (BioMemError, 400),
-]
 # a 422's message names the first SHOWN_ERRORS complaints and counts the rest, each field name and complaint cut
 # short, so that it stays at most MAX_MESSAGE characters (as long as a memory may be) whatever the body holds
 MAX_MESSAGE = 2_000
@@ -91,7 +43,7 @@ HTTP_TITLES = {400: "Bad request", 401: "Not authorised", 403: "Forbidden", 404:
 
 class ApiError(Exception):
     """A refusal the service makes itself (auth, role, body size, content type), or an engine error
-    sent with another status than STATUS gives (an admin's unknown identity id is a 404)."""
+    sent with another status than its row of REFUSALS gives (an admin's unknown identity id is a 404)."""
 
     def __init__(self, status: int, type_: str, message: str, *, title: str | None = None,
                  headers: dict[str, str] | None = None) -> None:
@@ -102,8 +54,9 @@ class ApiError(Exception):
 
 
 def status_of(exc: BaseException) -> int:
-    """The HTTP status of an engine error (500 for anything that is not one)."""
-    return next((status for cls, status in STATUS if isinstance(exc, cls)), 500)
+    """The HTTP status of an engine error (biomem.engine.messages.REFUSALS; 500 for anything that is not one)."""
+    row = refusal_of(exc)
+    return 500 if row is None else row.status
 
 
 def error_json(type_: str, title: str, message: str) -> dict[str, Any]:

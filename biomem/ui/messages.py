@@ -1,6 +1,6 @@
 """Engine errors as toasts a person can act on: the app's own title, one line, never a traceback
 or a server path (those go to the log). The titles and lines are biomem.engine.messages' (shared with the
-REST API and MCP), re-exported here."""
+REST API and MCP)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import gradio as gr
 
-from ..engine.messages import ERRORS, LOGGED_ONLY, SELF_EXPLAINED, readable  # noqa: F401  (re-exported)
+from ..engine.messages import readable
 from ..errors import BioMemError
 
 log = logging.getLogger("biomem.ui")
