@@ -20,7 +20,7 @@ from biomem.identity.disclosure import note_view
 from biomem.identity.enrolment import HIDDEN_CATEGORIES, MAX_LABEL_CHARS
 from biomem.notes.llm import answer_prompt, fit_notes
 from biomem.server import create_app
-from biomem.server.models import AnswerReply
+from biomem.server.replies import AnswerReply
 from biomem.settings import DEFAULT_PROMPT_TOKENS, Settings
 from biomem.stores.records import Note
 from biomem.ui import render

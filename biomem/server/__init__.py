@@ -4,7 +4,7 @@
     rest/      the /v1 routes (Mem0-shaped), one module per resource: people (health, sessions, identities),
                memories (with search and ask), households; common.py what they share
     deps.py    the routes' typed dependencies: the engine and its worker threads
-    models.py  their pydantic bodies and replies (the OpenAPI document at /v1/openapi.json)
+    models.py  their pydantic bodies, replies.py their replies (the OpenAPI document at /v1/openapi.json)
     probes.py  a request's body -> fields and a probe (multipart files or base64 JSON, never a path)
     auth.py    API key -> Caller (role, session binding, attempt-limit keys), the loopback rule
     errors.py  every refusal -> {"error": {"type", "title", "message"}} with its HTTP status

@@ -14,8 +14,8 @@ from ...errors import InvalidInputError, SessionExpiredError, StepUpRequiredErro
 from ...identity.disclosure import note_view
 from ...stores.records import Note
 from ..auth import Caller, authorised
-from ..models import ErrorReply
 from ..probes import MAX_BODY, Body
+from ..replies import ErrorReply
 
 SESSION_HEADER = "X-Biomem-Session"
 ERRORS = {status: {"model": ErrorReply, "description": text} for status, text in {

@@ -15,18 +15,9 @@ from ...stores.records import Group
 from ..auth import Caller, caller
 from ..deps import Memory, Workers
 from ..errors import ApiError
-from ..models import (
-    AdminGroupBody,
-    AdminMemberBody,
-    GroupBody,
-    GroupDeletedReply,
-    GroupItem,
-    GroupsReply,
-    MemberBody,
-    MembershipReply,
-    ProbeBody,
-)
+from ..models import AdminGroupBody, AdminMemberBody, GroupBody, MemberBody, ProbeBody
 from ..probes import Body, parse
+from ..replies import GroupDeletedReply, GroupItem, GroupsReply, MembershipReply
 from .common import (
     KEPT,
     PROBE_FILES,

@@ -16,21 +16,9 @@ from ...stores.records import Note
 from ..auth import Caller, caller
 from ..deps import Memory, Workers
 from ..errors import ApiError
-from ..models import (
-    FILTERS,
-    AddBody,
-    AnswerReply,
-    AskBody,
-    HistoryReply,
-    MemoriesReply,
-    MemoryItem,
-    SearchBody,
-    SearchReply,
-    StepUpBody,
-    UpdateBody,
-    valid_filters,
-)
+from ..models import FILTERS, AddBody, AskBody, SearchBody, StepUpBody, UpdateBody, valid_filters
 from ..probes import json_text, parse
+from ..replies import AnswerReply, HistoryReply, MemoriesReply, MemoryItem, SearchReply
 from .common import (
     KEPT,
     SESSION_HEADER,

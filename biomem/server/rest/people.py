@@ -13,16 +13,9 @@ from ...errors import InvalidInputError, UnknownIdentityError
 from ..auth import Caller, caller, maybe_caller
 from ..deps import Memory, Workers
 from ..errors import ApiError
-from ..models import (
-    EnrolBody,
-    ForgetReply,
-    HealthReply,
-    IdentityReply,
-    SessionBody,
-    SessionReply,
-    StepUpBody,
-)
+from ..models import EnrolBody, SessionBody, StepUpBody
 from ..probes import parse
+from ..replies import ForgetReply, HealthReply, IdentityReply, SessionReply
 from .common import KEPT, acting, body_doc, fresh_probe, resource_router, session_of
 
 router = resource_router()
