@@ -1311,7 +1311,7 @@ def household_breakdown(mems: dict[str, BioMemory], data: dict[str, HouseholdSto
 
     out["one_thread_blas_limit"] = timed(blas_limit)
     if isinstance(store, Store):  # what the filter's statement costs, by its parts (SQLite)
-        from biomem.stores.filters import compile_filter
+        from biomem.stores.filter_sql import compile_filter
 
         expression, values = compile_filter(tree, "sqlite")
         db = store.db

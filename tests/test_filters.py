@@ -13,6 +13,7 @@ import pytest
 
 from biomem.errors import InvalidInputError
 from biomem.notes.timeparse import parse_timestamp
+from biomem.stores.filter_sql import compile_filter
 from biomem.stores.filters import (
     ALLOWED,
     FIELDS,
@@ -24,7 +25,6 @@ from biomem.stores.filters import (
     Not,
     Or,
     check_metadata,
-    compile_filter,
     parse_filters,
 )
 

@@ -18,7 +18,8 @@ import psycopg
 
 from ...errors import NoteNotFoundError
 from ..derivations import Event, derivations, record_sources
-from ..filters import Filter, compile_filter
+from ..filter_sql import compile_filter
+from ..filters import Filter
 from ..records import (
     HISTORY_COLUMNS,
     NOTE_COLUMNS,

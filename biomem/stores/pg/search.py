@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import psycopg
 
-from ..filters import compile_filter
+from ..filter_sql import compile_filter
 from .graphs import OwnerGraphs, index_name
 
 if TYPE_CHECKING:
