@@ -10,7 +10,7 @@ template version live in the database, so every process sees the others' writes 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -23,12 +23,13 @@ from ...settings import Settings
 from ...vocabulary import AttemptLimits
 from ..attempts import record_misses
 from ..base import COLUMNS, KEYS, THRESHOLD_COLUMNS, Derived, SealedTemplates, SearchIndex
-from ..groups import emptied_groups, erase_from_groups, erase_unreadable, hide_from_newcomer
+from ..groups import emptied_groups, erase_from_groups, erase_unreadable
 from ..labels import label_key, taken
-from ..records import GROUP_KEY_PREFIX, Group, Identity, check_id, metadata_json, now_iso
+from ..records import Identity, check_id, metadata_json, now_iso
 from ..sealing import Sealer
 from .connections import Connections
 from .graphs import GRAPH_FLOOR, HNSW_THRESHOLD
+from .group_rows import PgGroupRows
 from .note_rows import PgNoteRows, as_array
 from .schema import APP_ROLE, MIGRATIONS, SCHEMA_VERSION
 from .search import DatabaseSearch
@@ -38,7 +39,7 @@ from .search import DatabaseSearch
 VECTOR_INDEX = "CREATE INDEX notes_hnsw ON notes USING hnsw (embedding vector_ip_ops)"
 
 
-class PostgresStore(PgNoteRows, SealedTemplates, Derived):
+class PostgresStore(PgNoteRows, PgGroupRows, SealedTemplates, Derived):
     """The store in a PostgreSQL database (pgvector >= 0.8); every public method is one transaction.
 
     url: postgresql://user[:password]@host[:port]/db (or with ?host=/socket/dir). The user must own
@@ -225,72 +226,6 @@ class PostgresStore(PgNoteRows, SealedTemplates, Derived):
                 raise DuplicateLabelError(taken(label))
             self.add_templates(row[0], modality, templates)
         return Identity(row[0], label, sample)
-
-    def add_group(self, label: str, members: Sequence[int] = ()) -> Identity:
-        """A new group (an owner of notes with no templates) with `members`; labels need not be unique."""
-        with self.transaction() as conn:
-            group_id = conn.execute("INSERT INTO identities (label, label_key, created, kind) "
-                                    "VALUES (%s, %s, %s, 'group') RETURNING id",
-                                    [label, GROUP_KEY_PREFIX + secrets.token_hex(16), now_iso()]).fetchone()[0]
-            for member in members:
-                self.add_member(group_id, member)
-        return Identity(group_id, label, False, "group")
-
-    def add_member(self, group_id: int, identity_id: int) -> bool:
-        """Make a person a member of a group, hidden from the notes already kept from someone
-        (biomem.stores.groups); False when they already were a member."""
-        with self.transaction():
-            self.group(group_id)
-            self.person(identity_id)
-            with self.transaction([group_id, identity_id]) as conn:
-                added = conn.execute("INSERT INTO members VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                                     [int(group_id), int(identity_id), now_iso()]).rowcount == 1
-                if added:
-                    hide_from_newcomer(conn.execute, int(group_id), int(identity_id), "%s")
-                return added
-
-    def remove_member(self, group_id: int, identity_id: int) -> list[int]:
-        """Take a person out of a group and erase the notes no member left may read; returns their ids."""
-        with self.transaction([group_id, identity_id]) as conn:
-            conn.execute("DELETE FROM members WHERE group_id = %s AND identity_id = %s",
-                         [int(group_id), int(identity_id)])
-            erased = erase_unreadable(conn.execute, int(group_id), "%s")
-            if erased:
-                conn.execute("UPDATE identities SET generation = generation + 1 WHERE id = %s", [int(group_id)])
-            return erased
-
-    def group(self, group_id: int) -> Group:
-        """The group `group_id` with its members; UnknownIdentityError when there is no such group."""
-        found = self._groups("id = %s", [check_id(group_id, "group")])
-        if not found:
-            raise UnknownIdentityError(f"no group with id {group_id}")
-        return found[0]
-
-    def groups_of(self, identity_id: int) -> list[Group]:
-        """The groups a person is a member of, with their members, oldest first."""
-        return self._groups("id IN (SELECT group_id FROM members WHERE identity_id = %s)", [int(identity_id)],
-                            admitted=[int(identity_id)])
-
-    def all_groups(self) -> list[Group]:
-        """Every group with its members (the operator's view)."""
-        return self._groups("true", [])
-
-    def _groups(self, where: str, args: list, admitted: Sequence[int] = ()) -> list[Group]:
-        """The groups matching `where` (seen with `admitted`: a member finds their memberships), then their
-        members, read with those groups admitted."""
-        with self.transaction(admitted) as conn:
-            rows = conn.execute(f"SELECT id, label FROM identities WHERE kind = 'group' AND {where} ORDER BY id",
-                                args).fetchall()
-            groups = {gid: Group(gid, label) for gid, label in rows}
-            if groups:
-                self.admit(conn, [*admitted, *groups])
-                for gid, member, label in conn.execute(
-                        "SELECT m.group_id, m.identity_id, p.label FROM members m JOIN identities p "
-                        "ON p.id = m.identity_id WHERE m.group_id = ANY (%s) ORDER BY m.added, m.identity_id",
-                        [list(groups)]):
-                    groups[gid].members.append(member)
-                    groups[gid].member_labels.append(label)
-        return list(groups.values())
 
     def add_templates(self, identity_id: int, modality: str, templates: np.ndarray) -> None:
         with self.transaction([identity_id]) as conn:
