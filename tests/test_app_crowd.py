@@ -132,6 +132,9 @@ def test_eight_visitors_at_once_lose_no_click_and_read_nothing_of_each_other(chr
                 expect(page.locator("#bm-lock")).to_be_enabled()
             held = json.dumps([list(state.state_data.values())
                                for state in server.demo.server_app.state_holder.session_data.values()], default=str)
+            # a probe box still holds its upload's path, whose folder is a SHA-256 of the image: hex digits that
+            # can spell a code by chance (one run in a few hundred did), never the code itself
+            held = re.sub(r"[0-9a-f]{64}", "<digest>", held)
             assert [i for i in range(VISITORS) if code(i) in held] == []
             assert "4821" not in held and "tulip-river" not in held  # no Compare result is kept either
         finally:
