@@ -59,8 +59,9 @@ import numpy as np  # noqa: E402
 from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 
 from biomem.identity import candidates  # noqa: E402
-from biomem.identity.candidates import ArrayTemplates, CandidateIndex, SyntheticFaces, cosines  # noqa: E402
+from biomem.identity.candidates import CandidateIndex, cosines  # noqa: E402
 from biomem.identity.gate import DEFAULT_MARGINS, Gate, GateResult, Probe  # noqa: E402
+from biomem.identity.synthetic import ArrayTemplates, SyntheticFaces  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TAU = 0.4291  # face-arcface-s's calibrated τ (docs/gate.md)

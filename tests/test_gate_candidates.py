@@ -27,8 +27,9 @@ import numpy as np
 import pytest
 
 from biomem.identity import candidates
-from biomem.identity.candidates import CANDIDATE_CELLS, ArrayTemplates, SyntheticFaces, Templates, cosines
+from biomem.identity.candidates import CANDIDATE_CELLS, Templates, cosines
 from biomem.identity.gate import DEFAULT_MARGINS, Gate, GateResult, Probe, _admit, fuse
+from biomem.identity.synthetic import ArrayTemplates, SyntheticFaces
 
 TAU = 0.4291  # face-arcface-s's calibrated τ (docs/gate.md) ...
 DELTA = DEFAULT_MARGINS["face-arcface-s"]  # ... its δ ...

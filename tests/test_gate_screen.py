@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 import simsimd
 
-from biomem.identity.candidates import ArrayTemplates, SyntheticFaces, cosines
+from biomem.identity.candidates import cosines
 from biomem.identity.gate import DEFAULT_MARGINS, Gate, GateResult, Probe
 from biomem.identity.screen import Screen
+from biomem.identity.synthetic import ArrayTemplates, SyntheticFaces
 
 TAU = 0.4291  # face-arcface-s's calibrated τ ...
 DELTA = DEFAULT_MARGINS["face-arcface-s"]  # ... and δ

@@ -10,10 +10,10 @@ candidate's best score is the scan's, bit for bit.
 
 What an hnswlib search does not do is find a lone template far from everything else the probe resembles. A
 stranger's probe draws its top scores from the tail of 500,000 impostor scores (0.03 ± 0.08); the few that reach
-0.36 or 0.43 are not near it in the graph. Measured on face-like templates (`SyntheticFaces`, face-arcface-s's
-τ 0.4291): over 50,000 templates (M 16, ef_construction 200), the 64 nearest missed a template at or above
-τ − 0.07 for 17%, 8% and 2% of 1,000 strangers' probes at ef 64, 128 and 256, though the 64th already scored
-below that; over 10,000 (M 16, ef_construction 100, ef 128), probes aimed at one template at τ ± 0.02 missed a
+0.36 or 0.43 are not near it in the graph. Measured on face-like templates (biomem.identity.synthetic's
+SyntheticFaces, face-arcface-s's τ 0.4291): over 50,000 templates (M 16, ef_construction 200), the 64
+nearest missed a template at or above τ − 0.07 for 17%, 8% and 2% of 1,000 strangers' probes at ef 64, 128
+and 256, though the 64th already scored below that; over 10,000 (M 16, ef_construction 100, ef 128), probes aimed at one template at τ ± 0.02 missed a
 template at or above τ 25 times in 1,000; over 50,000, a blend of two people scoring 0.74 and 0.58 missed a
 third person's template at 0.45.
 So "the k-th neighbour scores below the floor" is no completeness certificate for a refusal, and the gate
@@ -399,71 +399,3 @@ class CandidateIndexes:
         log.info("indexed %d %s templates for the gate in %.1f s", templates.rows, modality, built.seconds)
         with self._lock:
             self._indexes[modality] = built
-
-
-class SyntheticFaces:
-    """Templates shaped like face embeddings, for the proof test and benchmarks/gate.py: identity centres spread
-    with a common direction and a low-rank part (impostor cosine 0.025 ± 0.085, face-arcface-s's sample faces:
-    0.027 ± 0.084), captures of one person clustered around its centre (genuine cosine mostly 0.6-1.0)."""
-
-    def __init__(self, dim: int = 512, seed: int = 0, rank: int = 64, common: float = 0.0285,
-                 low_rank: float = 0.697) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.dim = dim
-        self.rank = min(rank, dim)
-        self.axis = _unit(self.rng.standard_normal(dim))
-        self.basis = np.linalg.qr(self.rng.standard_normal((dim, self.rank)))[0].astype(np.float32)
-        self.weights = np.sqrt(common), np.sqrt(low_rank), np.sqrt(max(1.0 - common - low_rank, 0.0))
-
-    def centres(self, n: int) -> np.ndarray:
-        """n new identities' centres."""
-        low = self.rng.standard_normal((n, self.rank), dtype=np.float32) / np.sqrt(self.rank)
-        rest = self.rng.standard_normal((n, self.dim), dtype=np.float32) / np.sqrt(self.dim)
-        a, b, c = self.weights
-        return _unit(a * self.axis + b * low @ self.basis.T + c * rest)
-
-    def captures(self, centres: np.ndarray) -> np.ndarray:
-        """One capture of each centre: most close (cosine ~0.97 between two), some poorer (~0.65-0.8)."""
-        n = len(centres)
-        spread = np.where(self.rng.random(n) < 0.85, self.rng.uniform(0.01, 0.05, n), self.rng.uniform(0.4, 0.9, n))
-        noise = self.rng.standard_normal((n, self.dim), dtype=np.float32) / np.sqrt(self.dim)
-        return _unit(centres + np.sqrt(spread).astype(np.float32)[:, None] * noise)
-
-    def gallery(self, people: int, captures: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(identity ids 1.., grouped and sorted, their templates, the centres): `captures` per person."""
-        centres = self.centres(people)
-        templates = np.stack([self.captures(centres) for _ in range(captures)], axis=1).reshape(-1, self.dim)
-        return np.repeat(np.arange(1, people + 1), captures), templates, centres
-
-
-class ArrayTemplates:
-    """The part of a store the gate reads, held in arrays (a SyntheticFaces gallery): templates grouped by
-    identity and a version that enrolment moves, for the proof test and benchmarks/gate.py."""
-
-    def __init__(self, ids: np.ndarray, matrix: np.ndarray, modality: str = "face-synthetic") -> None:
-        self.ids, self.matrix, self.modality, self.version = ids, matrix, modality, 1
-
-    def templates_version(self) -> str:
-        return str(self.version)
-
-    def templates(self, modality: str) -> tuple[np.ndarray, np.ndarray]:
-        return self.ids, self.matrix
-
-    def modalities(self) -> list[str]:
-        return [self.modality]
-
-    def enrol(self, identity: int, templates: np.ndarray) -> None:
-        """Add `templates` under `identity`, keeping the rows grouped by identity as a store returns them."""
-        ids = np.r_[self.ids, np.full(len(templates), identity)]
-        order = np.argsort(ids, kind="stable")
-        self.ids, self.matrix = ids[order], np.concatenate([self.matrix, templates])[order]
-        self.version += 1
-
-    def forget(self, identity: int) -> None:
-        keep = self.ids != identity
-        self.ids, self.matrix = self.ids[keep], self.matrix[keep]
-        self.version += 1
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
