@@ -13,9 +13,9 @@ stranger's probe draws its top scores from the tail of 500,000 impostor scores (
 0.36 or 0.43 are not near it in the graph. Measured on face-like templates (biomem.identity.synthetic's
 SyntheticFaces, face-arcface-s's τ 0.4291): over 50,000 templates (M 16, ef_construction 200), the 64
 nearest missed a template at or above τ − 0.07 for 17%, 8% and 2% of 1,000 strangers' probes at ef 64, 128
-and 256, though the 64th already scored below that; over 10,000 (M 16, ef_construction 100, ef 128), probes aimed at one template at τ ± 0.02 missed a
-template at or above τ 25 times in 1,000; over 50,000, a blend of two people scoring 0.74 and 0.58 missed a
-third person's template at 0.45.
+and 256, though the 64th already scored below that; over 10,000 (M 16, ef_construction 100, ef 128), probes
+aimed at one template at τ ± 0.02 missed a template at or above τ 25 times in 1,000; over 50,000, a blend of
+two people scoring 0.74 and 0.58 missed a third person's template at 0.45.
 So "the k-th neighbour scores below the floor" is no completeness certificate for a refusal, and the gate
 (`Gate._candidates`) lets the candidate path only admit, and only a strong match (the best identity τ + δ and
 τ + STRONG or more): it is near enrolled templates, where the graph is dense, and a runner-up at τ or more is
