@@ -200,6 +200,8 @@ def test_rest_enrols_face_and_palm_at_once_for_an_admin_only(make_memory, twins)
         assert made.json()["modalities"] == {FACE: 1, PALM: 2} and made.json()["templates"] == 3
         again = enrol(admin, json={"label": "Ana's twin", "captures": {PALM: [{"data": "%%%"}]}})
         assert again.status_code == 422  # a bad body: nothing enrolled
+        for bad in ({PALM: []}, {f"kind-{n}": [{"data": "AAAA"}] for n in range(5)}):  # no image; more kinds than 4
+            assert enrol(admin, json={"label": "Nobody", "captures": bad}).status_code == 422
         asked = http.post("/v1/search", headers={"Authorization": f"Bearer {agent}"}, data={"query": "code"},
                           files={"probe": ("probe.png", png(twin_face(0, 1)), "image/png")})
         assert asked.status_code == 200 and asked.json()["gate"]["advice"] == disclosure.AMBIGUOUS
