@@ -141,7 +141,6 @@ async def delete(request: Request, mem: Memory, amem: Workers,
     return item(note, "DELETE")
 
 
-
 @router.post("/search", response_model=SearchReply, **KEPT, openapi_extra=body_doc(SearchBody),
              summary="Gated search: only the requester's notes can come back")
 async def search(request: Request, mem: Memory, amem: Workers, who: Caller = Depends(caller)) -> dict[str, Any]:

@@ -54,7 +54,6 @@ async def end_session(request: Request, mem: Memory, amem: Workers, who: Caller 
     return Response(status_code=204)
 
 
-
 @router.post("/identities", status_code=201, response_model=IdentityReply, summary="Enrol a person",
              openapi_extra=body_doc(EnrolBody, {"images": "one or more captures of one person",
                                                 "images_<modality>": "captures of another kind (a palm)"}))
