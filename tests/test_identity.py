@@ -46,6 +46,8 @@ from biomem.stores.sqlite.schema import SCHEMA_VERSION
 from biomem.vocabulary import AttemptLimits
 from modalities.palmsynth import palm_capture
 
+from .conftest import probes_of
+
 ANA, BEN, CARA, DAN = 0, 1, 2, 3  # people of biomem.identity.samples.face_crops(); CARA and DAN are never enrolled here
 ANA_LABEL, BEN_LABEL = "Anastasia Quellmark", "Benedikt Vornholt"  # unique enough to grep for
 FACE = "face-arcface-s"
@@ -112,14 +114,7 @@ def pair(make_memory, face_probe):
 @pytest.fixture(scope="module")
 def palm_probe():
     """palm_probe(hand, n): a real Competitive Code embedding of a synthetic palm capture."""
-    encoder = modalities.create(PALM)
-    cache: dict[tuple[int, int], Probe] = {}
-
-    def make(hand: int, n: int) -> Probe:
-        if (hand, n) not in cache:
-            cache[(hand, n)] = Probe(encoder.encode(palm_capture(hand, n)), PALM)
-        return cache[(hand, n)]
-    return make
+    return probes_of(palm_capture, modalities.create(PALM))
 
 
 # ---- 1. enrolment integrity -----------------------------------------------------------------

@@ -38,7 +38,7 @@ from biomem.settings import Settings
 from biomem.ui import Controller
 from biomem.ui.messages import friendly
 
-from .conftest import BOTH_STORES, captures_of
+from .conftest import BOTH_STORES, captures_of, probes_of
 from .shared import png, upload
 
 FACE, PALM = "face-arcface-s", "palm-compcode"
@@ -60,24 +60,21 @@ def twins(face_encoder):
 @pytest.fixture(scope="module")
 def palm(palm_encoder):
     """palm(seed, n): the n-th capture of a synthetic palm, as a Probe (encoded once)."""
-    cache: dict[tuple[int, int], Probe] = {}
-
-    def make(seed: int, n: int) -> Probe:
-        if (seed, n) not in cache:
-            cache[(seed, n)] = Probe(palm_encoder.encode(demo_palm(seed, n)), PALM)
-        return cache[(seed, n)]
-    return make
+    return probes_of(demo_palm, palm_encoder)
 
 
-def face(captures, n: int, encoder: modalities.Encoder) -> Probe:
-    return Probe(encoder.encode(captures(0, n)), FACE)
+@pytest.fixture(scope="module")
+def twin_faces(twins, face_encoder):
+    """(ana_face(n), twin_face(n)): the n-th capture of each, as a Probe (encoded once)."""
+    ana, twin = (probes_of(captures, face_encoder) for captures in twins)
+    return (lambda n: ana(0, n)), (lambda n: twin(0, n))
 
 
 @BOTH_STORES
 def test_an_operator_enrols_a_look_alike_twin_with_a_palm_and_face_and_palm_admit_the_right_one(
-        make_memory, twins, palm, face_encoder, newcomer_probe):
+        make_memory, twin_faces, palm, newcomer_probe):
     mem = make_memory()
-    ana_face, twin_face = (lambda n, c=c: face(c, n, face_encoder) for c in twins)
+    ana_face, twin_face = twin_faces
     assert float(ana_face(0).embedding @ twin_face(0).embedding) >= mem.threshold(FACE)  # one face to the gate
     ana = mem.enroll("Ana", [ana_face(0), ana_face(1)])
     ben = mem.enroll("Ben", [newcomer_probe(1, 0)])
@@ -147,10 +144,10 @@ def test_a_face_within_the_margin_of_someone_is_refused_to_operator_and_requeste
     assert [i.label for i in mem.identities()] == ["Ana", "Cleo"]
 
 
-def test_a_requester_cannot_push_an_enrolled_person_into_needing_a_palm(make_memory, twins, palm, face_encoder,
+def test_a_requester_cannot_push_an_enrolled_person_into_needing_a_palm(make_memory, twin_faces, palm,
                                                                        newcomer_probe):
     mem = make_memory()
-    ana_face, twin_face = (lambda n, c=c: face(c, n, face_encoder) for c in twins)
+    ana_face, twin_face = twin_faces
     ana = mem.enroll("Ana", {FACE: [ana_face(0)], PALM: [palm(ANA_PALM, 0)]})
     cara = mem.enroll("Cara", [newcomer_probe(2, 0), newcomer_probe(2, 1)])
     for admin in (False, True):  # an agent's enrolment with a palm, or with an admin's key
