@@ -98,7 +98,7 @@ def test_new_store_gates_with_arcface_and_an_existing_face_dlib_store_keeps_its_
                                                                                         arcface):
     faces = calibration_faces()
     with BioMemory(tmp_path / "new.db", text_model=text_encoder) as mem:
-        mem._encoders.encoders[arcface.name] = arcface  # the module's loaded model: same weights, no reload
+        mem.biometrics.encoders.encoders[arcface.name] = arcface  # the module's loaded model: same weights, no reload
         assert mem.modality == "face-arcface-s"
         owner = mem.enroll("Owner", [faces[0][0], augment(faces[0][0], seed=1)])
         mem.add("My locker code is 3141", identity=owner.id)

@@ -96,7 +96,7 @@ def test_the_question_embeds_while_the_probe_encodes_and_a_bad_one_costs_no_enco
     """ask and search embed a text query beside the probe's encoding: here the text encoder waits until the face
     encoder has begun, which a question embedded before the probe would wait for in vain."""
     mem, alice, _ = family
-    face = mem._encoders.encoders[mem.modality]
+    face = mem.biometrics.encoders.encoders[mem.modality]
     encode_probe, embed_text = face.capture, mem.text.encode_one
     probing = threading.Event()
 

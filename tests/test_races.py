@@ -67,7 +67,7 @@ def test_an_add_whose_neighbour_is_deleted_while_the_llm_thinks_is_stored_withou
 
         def delete_a_neighbour(neighbours: list) -> None:
             assert {n.id for n in neighbours} == {kept.id, gone.id}
-            mem.delete_as(ana.id, gone.id)
+            mem.notebook.delete(ana.id, gone.id)
         mem.llm.meanwhile = delete_a_neighbour
         note = mem.add("The dog swam in the river this morning", identity=ana.id)
         mem.llm.meanwhile = lambda neighbours: None

@@ -542,10 +542,11 @@ def test_an_llm_or_encoder_failure_is_502_or_503_and_a_fault_500_without_interna
     mem = service.mem
     with mock.patch.object(mem.llm, "answer", side_effect=LLMError("http://10.0.0.5:8080 refused")):
         error_of(service.call("POST", "/ask", probe=faces.fresh[ANA], data={"question": "PIN?"}), 502, "LLMError")
-    with mock.patch.object(type(mem), "encoder", side_effect=ModelUnavailableError("/srv/weights/x.onnx missing")):
+    missing = ModelUnavailableError("/srv/weights/x.onnx missing")
+    with mock.patch.object(type(mem.biometrics), "encoder", side_effect=missing):
         error_of(service.call("POST", "/search", probe=faces.fresh[ANA], data={"query": "PIN"}),
                  503, "ModelUnavailableError")
-    with mock.patch.object(type(mem), "search_as", side_effect=RuntimeError("/srv/secret exploded")):
+    with mock.patch.object(type(mem.retrieval), "search", side_effect=RuntimeError("/srv/secret exploded")):
         response = service.call("POST", "/search", probe=faces.fresh[ANA], data={"query": "PIN"})
         assert "secret" not in error_of(response, 500, "InternalError")["message"]
 

@@ -234,7 +234,7 @@ def test_rest_takes_a_timm_modality_and_refuses_one_the_store_never_enrolled(tra
         elsewhere = httpx.post(f"{url}/v1/search", json={"query": "PIN", "probe": probe(palm_capture(1, 0),
                                                                                          "timm:hf-hub:evil/net")})
         assert elsewhere.status_code == 422 and elsewhere.json()["error"]["type"] == "ModalityMismatchError"
-    assert "timm:hf-hub:evil/net" not in mem._encoders.encoders  # refused before any encoder was made
+    assert "timm:hf-hub:evil/net" not in mem.biometrics.encoders.encoders  # refused before any encoder was made
     mem.close()
 
 

@@ -22,23 +22,22 @@ from typing import Any
 from ..errors import DuplicateLabelError, GroupNotFoundError, InvalidInputError
 from ..identity.biometrics import Clients
 from ..identity.enrolment import check_label
-from ..stores import MemoryStore, SearchIndex
+from ..stores import MemoryStore
 from ..stores.labels import label_key
 from ..stores.records import Group, check_id
-from .sessions import Sessions
+from .erasure import Erasure
+from .requesters import Requesters
 
 
 class Households:
-    """BioMemory's group calls. Probe-keyed calls are a requester's (founding, inviting and removing need
-    the step-up match of a person who is not a sample person); identity=/operator=True calls are the trusted
-    operator's."""
+    """The group calls, and what a person may read through their groups (`reach`). Probe-keyed calls are a
+    requester's (founding, inviting and removing need the step-up match of a person who is not a sample person);
+    identity=/operator=True calls are the trusted operator's."""
 
-    store: MemoryStore
-    partitions: SearchIndex
-    sessions: Sessions
-    llm: Any
-    _owner: Any
-    prove: Any  # BioMemory.prove: verify, refusing a sample person
+    def __init__(self, store: MemoryStore, requesters: Requesters, erasure: Erasure) -> None:
+        self.store = store
+        self.requesters = requesters
+        self.erasure = erasure
 
     def create_group(self, label: str, *, probe: Any = None, identity: int | None = None,
                      client: Clients = None) -> Group:
@@ -48,7 +47,7 @@ class Households:
         if (identity is None) == (probe is None):
             raise InvalidInputError("create_group() takes exactly one of probe= or identity=")
         founder = self.store.person(identity).id if identity is not None else \
-            self.prove(probe, "Founding a household", client=client)
+            self.requesters.prove(probe, "Founding a household", client=client)
         self._check_new_label(founder, label)
         return self.store.group(self.store.add_group(label, [founder]).id)
 
@@ -67,8 +66,8 @@ class Households:
             if probe is None or member_probe is None:
                 raise InvalidInputError("add_member() needs the inviting member's probe= and the newcomer's "
                                         "member_probe=: nobody joins a household without showing up")
-            found = self._member_group(self.prove(probe, "Inviting someone", client=client), group)
-            newcomer = self.prove(member_probe, "Joining a household", client=client)
+            found = self.member_group(self.requesters.prove(probe, "Inviting someone", client=client), group)
+            newcomer = self.requesters.prove(member_probe, "Joining a household", client=client)
         if newcomer in found.members:
             raise InvalidInputError(f"{found.member_labels[found.members.index(newcomer)]} is already a member")
         self._check_new_label(newcomer, found.label)
@@ -87,11 +86,10 @@ class Households:
         erased = self.store.remove_member(group, member)
         after = self.store.group(group)
         if not after.members:
-            self._erase_group(group)
+            self.erasure.erase(group)
             return None
         if erased:  # notes kept from everyone left: gone from the index and the files too
-            self.partitions.drop(group)
-            self.llm.drop_owner(group)
+            self.erasure.dropped(group)
             self.store.checkpoint()
         return after
 
@@ -99,7 +97,7 @@ class Households:
         """The requester's groups (or person `identity`'s, for the operator) with their members' labels."""
         if (identity is None) == (probe is None):
             raise InvalidInputError("groups() takes exactly one of probe= or identity=")
-        person = self.store.person(identity).id if identity is not None else self._owner(probe, client)
+        person = self.store.person(identity).id if identity is not None else self.requesters.owner(probe, client)
         return self.store.groups_of(person)
 
     def delete_group(self, group: int, *, probe: Any = None, operator: bool = False, client: Clients = None,
@@ -108,7 +106,7 @@ class Households:
         probe, or the operator); returns its id."""
         group = check_id(group, "group")
         self._operator_or_member(group, probe, operator, "Deleting a household", client)
-        self._erase_group(group, timeout)
+        self.erasure.erase(group, timeout)
         return group
 
     # ---- helpers ------------------------------------------------------------------------------
@@ -118,9 +116,9 @@ class Households:
             raise InvalidInputError("pass either a member's probe= or operator=True")
         if operator:
             return self.store.group(group)
-        return self._member_group(self.prove(probe, action, client=client), group)
+        return self.member_group(self.requesters.prove(probe, action, client=client), group)
 
-    def _member_group(self, person: int, group: int) -> Group:
+    def member_group(self, person: int, group: int) -> Group:
         """The group if `person` is a member; GroupNotFoundError otherwise (as if it did not exist)."""
         for found in self.store.groups_of(person):
             if found.id == group:
@@ -131,14 +129,6 @@ class Households:
         if any(label_key(g.label) == label_key(label) for g in self.store.groups_of(person)):
             raise DuplicateLabelError(f"you already belong to a household named {label!r}, or one that looks like it: "
                                       "choose another name")
-
-    def _erase_group(self, group: int, timeout: float = 10.0) -> None:
-        try:
-            self.store.delete_identity(group)
-        finally:
-            self.partitions.drop(group)
-            self.llm.drop_owner(group)
-        self.store.checkpoint(timeout)
 
     def reach(self, people: Iterable[int]) -> tuple[list[int], frozenset[int]]:
         """What `people` may read together: their own partitions and their groups', and the ids of the group

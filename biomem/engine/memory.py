@@ -6,85 +6,56 @@
     mem.add("My PIN is 1234", identity=alice.id)       # trusted import
     mem.search("what is my PIN?", probe="alice3.jpg")  # only Alice's notes can come back
 
-The biometric calls (enroll, identify, verify, threshold…) are biomem.identity.biometrics'; the result
-types SearchResult and Answer, biomem.engine.results', are re-exported here.
+A thin façade over services that each own one job: biometrics (biomem.identity.biometrics: probes, τ, δ, identify,
+verify, enrol), requesters (a probe → an admitted person), retrieval (search, ask, over a Query checked once here),
+the notebook (a person's notes), households and erasure (biomem.engine.*). Input is checked at this door.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 import modalities
 
-from ..errors import (
-    DisclosureError,
-    InvalidInputError,
-    NotAuthorisedError,
-    NoteNotFoundError,
-    StepUpRequiredError,
-    StoreCorruptError,
-)
+from ..errors import DisclosureError, InvalidInputError
 from ..identity.biometrics import Biometrics, Clients
-from ..identity.disclosure import gate_view, kept_out_view, people_view
+from ..identity.disclosure import people_view
 from ..identity.encoders import EncoderCache
-from ..identity.enrolment import Reserved
-from ..identity.gate import Gate, GateResult
+from ..identity.gate import GateResult, Probe
 from ..identity.limits import AttemptLimiter
-from ..identity.samples import sample_people_captures
 from ..notes.agent import MemoryAgent
-from ..notes.llm import LLM, answer_prompt, fit_notes, make_llm
+from ..notes.llm import LLM, make_llm
 from ..notes.textenc import TextEncoder, default_onnx_cache
 from ..notes.timeparse import parse_timestamp
 from ..settings import Settings
 from ..stores import MemoryStore, is_postgres, open_store, sqlite_path
-from ..stores.base import Within
-from ..stores.filters import Filter, check_metadata, parse_filters
-from ..stores.records import Identity, Note, check_id
-from ..vocabulary import DISCLOSURES, FUSIONS, POLICIES, AttemptLimits
+from ..stores.filters import check_metadata
+from ..stores.records import Group, Identity, Note, check_id
+from ..vocabulary import FUSIONS, POLICIES, AttemptLimits
 from .access import check_writer
-from .checks import (
-    BROAD_K,
-    check_budget,
-    check_k,
-    check_links,
-    check_note,
-    check_page,
-    check_question,
-    check_threshold,
-    is_listing,
-)
+from .checks import check_budget, check_k, check_note, check_page
+from .erasure import Erasure
 from .households import Households
+from .notebook import Notebook
+from .opening import check_disclosure, check_text_model, default_modality
+from .query import parsed_filters
+from .requesters import Requesters
 from .results import Answer, SearchResult
+from .retrieval import Retrieval
 from .sessions import DEFAULT_TTL, Session, Sessions
 
 DEFAULT_ENCODER = "face-arcface-s"  # the paper's face encoder (ArcFace, insightface buffalo_s)
 
 
-def beside(call: Callable[[], Any]) -> Future:
-    """`call()` on a thread of its own, its value or exception in the Future: work that overlaps the caller's."""
-    future: Future = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(call())
-        except BaseException as error:  # the caller's result() raises it
-            future.set_exception(error)
-
-    threading.Thread(target=run, name="biomem-beside", daemon=True).start()
-    return future
-
-
 log = logging.getLogger(__name__)
 
 
-class BioMemory(Households, Biometrics):
+class BioMemory:
     """Identity-gated agentic memory over one store: an SQLite file or a PostgreSQL database.
 
     path: the database: an SQLite file (derived indexes in `<path>.index/`; also `sqlite:///path`) or a
@@ -132,38 +103,32 @@ class BioMemory(Households, Biometrics):
         if fusion not in FUSIONS:
             raise InvalidInputError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
         settings = settings or Settings.from_env()
-        self.fusion = fusion
         self.path = path if is_postgres(path) else sqlite_path(path)
         self.store: MemoryStore = open_store(self.path, key=key, settings=settings)
         try:  # a store this opened is closed again when loading the rest fails (its SQLite WAL checkpointed)
-            self.disclosure = self._check_disclosure(disclosure or settings.disclosure, force_disclosure)
-            self.limiter = AttemptLimiter(AttemptLimits.parse(limits) if isinstance(limits, str)
-                                          else limits if limits is not None else settings.attempts, self.store)
+            mode = check_disclosure(self.store, disclosure or settings.disclosure, force_disclosure)
+            limiter = AttemptLimiter(AttemptLimits.parse(limits) if isinstance(limits, str)
+                                     else limits if limits is not None else settings.attempts, self.store)
             self.text = (text_model if isinstance(text_model, TextEncoder)
                          else TextEncoder(text_model or settings.text_model, onnx_cache=default_onnx_cache(settings)))
-            self._check_text_model()
-            self._encoders = EncoderCache()
+            check_text_model(self.store, self.text)
+            encoders = EncoderCache()
             if isinstance(encoder, modalities.Encoder):
-                self._encoders.encoders[encoder.name] = encoder
+                encoders.encoders[encoder.name] = encoder
                 encoder = encoder.name
-            stored_encoder = self.store.get_meta("default_modality")
-            self.modality = encoder or stored_encoder or settings.encoder or DEFAULT_ENCODER
-            if stored_encoder is None and (self.modality in self._encoders.encoders
-                                           or modalities.known(self.modality)):
-                # A misspelt --encoder must not become the store's encoder for good; an unregistered
-                # name (precomputed probes in the evaluation) is used for this session only.
-                self.store.set_meta("default_modality", self.modality)
-            self.policy = policy
-            self.target_fpir = settings.target_fpir
-            self.k = check_k(k)
-            self.prompt_tokens = check_budget(settings.prompt_tokens if prompt_tokens is None else prompt_tokens)
-            self.gate = Gate(self.store)
+            modality = default_modality(self.store, encoder, settings.encoder or DEFAULT_ENCODER, encoders)
+            self.biometrics = Biometrics(self.store, limiter, modality=modality, policy=policy, fusion=fusion,
+                                         disclosure=mode, target_fpir=settings.target_fpir, encoders=encoders)
             self.partitions = self.store.search_index(self.text.dim, hnsw_threshold=hnsw_threshold)
             self.llm = make_llm(llm, self.text, settings)
             self.agent = MemoryAgent(self.store, self.partitions, self.text, self.llm)
-            self._enrolling = threading.Lock()  # check-then-insert of enrolments is one step
-            self.reserved = Reserved(sample_people_captures)  # encoded at a requester's first enrolment, not here
-            self.sessions = Sessions()  # open requester sessions (see session())
+            self.requesters = Requesters(self.biometrics)
+            self.erasure = Erasure(self.store, self.partitions, self.llm)
+            self.households = Households(self.store, self.requesters, self.erasure)
+            self.retrieval = Retrieval(self.store, self.partitions, self.text, self.llm, self.households, k=check_k(k),
+                                       prompt_tokens=check_budget(settings.prompt_tokens if prompt_tokens is None
+                                                                  else prompt_tokens), disclosure=mode)
+            self.notebook = Notebook(self.store, self.agent, self.partitions, self.llm, self.households)
         except BaseException:
             self.store.close()
             raise
@@ -185,25 +150,6 @@ class BioMemory(Households, Biometrics):
             mem.set_threshold(tau, modality, source="env BIOMEM_TAU")
         return mem
 
-    def _check_disclosure(self, mode: str, force: bool) -> str:
-        if mode not in DISCLOSURES:
-            raise InvalidInputError(f"disclosure must be one of {DISCLOSURES}, got {mode!r}")
-        real = [i for i in self.store.identities() if not i.sample]
-        if mode == "demo" and real and not force:
-            raise DisclosureError(f"disclosure 'demo' shows labels and scores, and this store holds "
-                                  f"{len(real)} real enrolment(s); use 'private', or force it")
-        return mode
-
-    def _check_text_model(self) -> None:
-        dim = self.store.get_meta("text_dim")
-        if dim is None:
-            self.store.set_meta("text_dim", str(self.text.dim))
-            self.store.set_meta("text_model", self.text.name)
-        elif int(dim) != self.text.dim:
-            raise StoreCorruptError(
-                f"{self.store.location} holds {dim}-d text embeddings from {self.store.get_meta('text_model')!r};"
-                f" {self.text.name!r} makes {self.text.dim}-d ones")
-
     def close(self) -> None:
         """Write changed hnsw indexes and checkpoint the database."""
         self.partitions.flush()
@@ -215,6 +161,122 @@ class BioMemory(Households, Biometrics):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # ---- the services' settings, read and (for tests and tools) replaced here --------------------
+
+    modality = property(lambda self: self.biometrics.modality, doc="The default modality of a probe that names none.")
+    policy = property(lambda self: self.biometrics.policy, doc='"best" or "all": whom a matching probe admits.')
+    fusion = property(lambda self: self.biometrics.fusion, doc="How a probe of several modalities is judged.")
+    disclosure = property(lambda self: self.biometrics.disclosure, doc='"private" or "demo".')
+    gate = property(lambda self: self.biometrics.gate, doc="The gate over the enrolled templates.")
+    k = property(lambda self: self.retrieval.k, doc="Notes a read returns when it names no k.")
+    prompt_tokens = property(lambda self: self.retrieval.prompt_tokens, doc="The answer prompt's budget.")
+
+    @property
+    def limiter(self) -> AttemptLimiter:
+        """The attempt limiter every gated call asks first (biomem.identity.limits)."""
+        return self.biometrics.limiter
+
+    @limiter.setter
+    def limiter(self, limiter: AttemptLimiter) -> None:
+        self.biometrics.limiter = limiter
+
+    @property
+    def sessions(self) -> Sessions:
+        """The open requester sessions (biomem.engine.sessions)."""
+        return self.requesters.sessions
+
+    @sessions.setter
+    def sessions(self, sessions: Sessions) -> None:
+        self.requesters.sessions = sessions
+
+    @property
+    def target_fpir(self) -> float:
+        """The false-positive identification rate enrolment keeps (biomem.identity.enrolment)."""
+        return self.biometrics.target_fpir
+
+    @target_fpir.setter
+    def target_fpir(self, rate: float) -> None:
+        self.biometrics.target_fpir = rate
+
+    # ---- who is asking: biomem.identity.biometrics and biomem.engine.requesters --------------
+
+    def encoder(self, modality: str | None = None) -> modalities.Encoder:
+        """The (cached) encoder of `modality`, default the store's."""
+        return self.biometrics.encoder(modality)
+
+    def probe(self, sample: Any, modality: str | None = None, *, quality: str = "probe") -> Probe:
+        """Biometrics.probe: a capture (or a Burst of frames) through its encoder, held to the `quality` bar."""
+        return self.biometrics.probe(sample, modality, quality=quality)
+
+    def probes(self, probe: Any) -> list[Probe]:
+        """Biometrics.probes: one or more Probes from a sample, a list, or {modality: sample}."""
+        return self.biometrics.probes(probe)
+
+    def threshold(self, modality: str | None = None, *, step_up: bool = False) -> float:
+        """τ of `modality` (Biometrics.threshold); `step_up`: the stricter τ of destructive or broad actions."""
+        return self.biometrics.threshold(modality, step_up=step_up)
+
+    def set_threshold(self, tau: float, modality: str | None = None, source: str = "manual", *,
+                      step_up: bool = False) -> None:
+        """Store τ (or the step-up τ) for `modality`, for example from calibration."""
+        self.biometrics.set_threshold(tau, modality, source, step_up=step_up)
+
+    def margin(self, modality: str | None = None) -> float:
+        """δ of `modality` (Biometrics.margin): a runner-up this close to the best admits nobody."""
+        return self.biometrics.margin(modality)
+
+    def set_margin(self, delta: float, modality: str | None = None, source: str = "manual") -> None:
+        """Store δ for `modality`, for example from calibration."""
+        self.biometrics.set_margin(delta, modality, source)
+
+    def identification(self, modality: str | None = None) -> dict[str, Any]:
+        """What `modality`'s τ guards in 1:N identification (Biometrics.identification)."""
+        return self.biometrics.identification(modality)
+
+    def identify(self, probe: Any, *, policy: str | None = None, fusion: str | None = None,
+                 client: Clients = None) -> GateResult:
+        """Run the gate (Biometrics.identify): which identities may this requester's notes come from."""
+        return self.biometrics.identify(probe, policy=policy, fusion=fusion, client=client)
+
+    owner_of = staticmethod(Biometrics.owner_of)
+
+    def verify(self, probe: Any, action: str = "this action", *, client: Clients = None) -> int:
+        """Step-up (Biometrics.verify): the identity a fresh probe proves at the stricter τ."""
+        return self.biometrics.verify(probe, action, client=client)
+
+    def prove(self, probe: Any, action: str = "this change", *, client: Clients = None) -> int:
+        """The person a fresh step-up `probe` proves, for a change it asks (Requesters.prove)."""
+        return self.requesters.prove(probe, action, client=client)
+
+    def enroll(self, label: str, samples: Iterable[Any] | dict[str, Iterable[Any]], modality: str | None = None, *,
+               sample: bool = False, client: Clients = None, admin: bool = False) -> Identity:
+        """Create an identity from captures of one modality, or of several as {modality: captures}
+        (Biometrics.enroll: what is refused, and why)."""
+        return self.biometrics.enroll(label, samples, modality, sample=sample, client=client, admin=admin)
+
+    def add_templates(self, identity_id: int, samples: Iterable[Any], modality: str | None = None, *,
+                      probe: Any = None, client: Clients = None) -> None:
+        """Biometrics.add_templates; with `probe`, refused first for a sample person (access.check_writer)."""
+        if probe is not None:
+            check_writer(self.store.identity(identity_id))
+        self.biometrics.add_templates(identity_id, samples, modality, probe=probe, client=client)
+
+    def identities(self) -> list[Identity]:
+        """The enrolled people."""
+        return self.store.identities()
+
+    def other_kind(self, modality: str | None = None) -> str | None:
+        """A modality enrolled here of another kind than `modality` (Biometrics.other_kind)."""
+        return self.biometrics.other_kind(modality)
+
+    def session(self, probe: Any, *, client: Clients = None, ttl: float = DEFAULT_TTL,
+                bound_to: str | None = None) -> Session:
+        """Run the gate once: a Session that acts as the matched person for `ttl` seconds
+        (UnknownIdentityError when the probe matches nobody). See biomem.engine.sessions."""
+        return self.requesters.open(self, probe, client=client, ttl=ttl, bound_to=bound_to)
+
+    # ---- erasure ------------------------------------------------------------------------------
+
     def forget(self, *, probe: Any = None, identity: int | None = None, client: Clients = None,
                timeout: float = 10.0) -> int:
         """Erase the requester (step-up `probe`) or, as the operator, person `identity`: notes, links,
@@ -224,37 +286,16 @@ class BioMemory(Households, Biometrics):
         if (identity is None) == (probe is None):
             raise InvalidInputError("forget() takes exactly one of probe= or identity=")
         if self.store.erasure_pending:
-            self.finish_erasure(timeout)
+            self.erasure.finish(timeout)
         owner = self.prove(probe, "Forgetting you", client=client) if probe is not None \
             else self.store.person(identity).id
         self.sessions.end_all(owner)
-        touched: list[int] = []
-        try:
-            touched = self.store.delete_identity(owner)
-        finally:
-            for erased in (owner, *touched):  # their groups' indexes held their notes' vectors too
-                self.partitions.drop(erased)
-                self.llm.drop_owner(erased)
-        self.store.checkpoint(timeout)
+        self.erasure.erase(owner, timeout)
         return owner
 
-    def prove(self, probe: Any, action: str = "this change", *, client: Clients = None) -> int:
-        """The person a fresh step-up `probe` proves, for a change it asks (verify); SampleReadOnlyError for one of
-        the demo's sample people, whose captures anyone can show (biomem.engine.access.check_writer)."""
-        return check_writer(self.store.identity(self.verify(probe, action, client=client)))
-
-    def add_templates(self, identity_id: int, samples: Iterable[Any], modality: str | None = None, *,
-                      probe: Any = None, client: Clients = None) -> None:
-        """Biometrics.add_templates; with `probe`, refused first when `identity_id` is a sample person, whose
-        captures no probe may change (biomem.engine.access.check_writer)."""
-        if probe is not None:
-            check_writer(self.store.identity(identity_id))
-        super().add_templates(identity_id, samples, modality, probe=probe, client=client)
-
     def finish_erasure(self, timeout: float = 10.0) -> None:
-        """Finish a forget that ForgetIncompleteError interrupted: wait up to `timeout` s for other
-        readers, then empty the write-ahead log that still held the erased pages."""
-        self.store.checkpoint(timeout)
+        """Finish a forget that ForgetIncompleteError interrupted (Erasure.finish)."""
+        self.erasure.finish(timeout)
 
     # ---- memories -----------------------------------------------------------------------------
 
@@ -270,42 +311,21 @@ class BioMemory(Households, Biometrics):
         metadata = check_metadata(metadata)
         if (identity is None) == (probe is None):
             raise InvalidInputError("add() takes exactly one of identity= or probe=")
-        writer = self.store.identity(identity if identity is not None else self._owner(probe, client))
+        writer = self.store.identity(identity if identity is not None else self.requesters.owner(probe, client))
         if probe is not None:
             check_writer(writer)
-        owner, author, hidden = self._placement(writer, scope, hidden_from)
-        (note_id,) = self.agent.ingest(owner, [text], [when], infer=bool(infer), author=author,
-                                       metadata=metadata, hidden_from=hidden)
-        return self.store.get_note(owner, note_id)
-
-    def _placement(self, writer: Identity, scope: int | None, hidden_from: Sequence[int]) -> tuple[int, int | None,
-                                                                                                    list[int]]:
-        """(owner, author, hidden member ids) of a note `writer` writes into `scope`."""
-        if writer.kind == "group":  # the operator's import into a group: nobody wrote it
-            if scope is not None:
-                raise InvalidInputError("a note imported into a group takes no scope")
-            return writer.id, None, self.check_audience(self.store.group(writer.id), None, hidden_from)
-        if scope is None:
-            if hidden_from:
-                raise InvalidInputError("hidden_from applies to a household's note: give its scope too")
-            return writer.id, writer.id, []
-        group = self._member_group(writer.id, check_id(scope, "group"))
-        return group.id, writer.id, self.check_audience(group, writer.id, hidden_from)
+        return self.notebook.add(writer, text, when, scope=scope, hidden_from=hidden_from, metadata=metadata,
+                                 infer=infer)
 
     def add_many(self, texts: Sequence[str], *, identity: int, timestamps: Sequence[Any] | None = None,
                  batch_size: int = 256) -> list[int]:
         """Trusted bulk import of one owner's history, embedded in batches; returns note ids."""
         owner = self.store.identity(identity)  # a person, or a group (its shared notes, author unknown)
-        author = owner.id if owner.kind == "person" else None
         texts = [check_note(t) for t in texts]
         stamps = [parse_timestamp(t) for t in (timestamps or [None] * len(texts))]
         if len(stamps) != len(texts):
             raise InvalidInputError("add_many needs one timestamp per text")
-        ids: list[int] = []
-        for start in range(0, len(texts), batch_size):
-            ids += self.agent.ingest(owner.id, texts[start:start + batch_size], stamps[start:start + batch_size],
-                                     author=author)
-        return ids
+        return self.notebook.add_many(owner, texts, stamps, batch_size)
 
     def search(self, query: str | np.ndarray, *, probe: Any, k: int | None = None, links: int = 0,
                filters: dict[str, Any] | None = None, threshold: float | None = None,
@@ -320,119 +340,10 @@ class BioMemory(Households, Biometrics):
         and `gated_out` depend on none of these. More than BROAD_K notes, or any filter, lists the person's
         notes (biomem.engine.checks.is_listing): the probe must then clear the step-up τ, as for get_all.
         """
-        k = check_k(self.k if k is None else k)
-        check_links(links)
-        checked = self._checked_query(query)  # a bad query costs no probe encoding
-        where, threshold = self.parsed_filters(filters), check_threshold(threshold)
-        embedding = self._embedding_beside([checked])  # the query embeds while the probe encodes
-        gate = self._gate(probe, policy, client, is_listing(k, where))
-        return self.search_as(gate, embedding.result()[0], k=k, links=links,
-                              filters=where, threshold=threshold)
-
-    def _gate(self, probe: Any, policy: str | None, client: Clients, listing: bool) -> GateResult:
-        """The gate's decision for a read; for a listing, StepUpRequiredError (a miss) unless the person it
-        admitted is proved at the step-up τ. A probe that matches nobody gets its empty result either way."""
-        self.limiter.check(client)  # a client in cool-down is refused before any encoder runs
-        probes = self.probes(probe)
-        gate = self.identify(probes, policy=policy, client=client)
-        if listing and gate.matched and not self.clears_step_up(gate, probes):
-            self.limiter.miss(client)
-            raise StepUpRequiredError(f"a search of more than {BROAD_K} notes, or with filters, lists your notes: it "
-                                      "needs a fresh, clear probe of you (the stricter match, of every kind you "
-                                      "enrolled). Ask for fewer notes without filters, or show a clearer probe")
-        return gate
-
-    def search_as(self, gate: GateResult, query: str | np.ndarray, *, k: int | None = None,
-                  links: int = 0, filters: dict[str, Any] | Filter | None = None,
-                  threshold: float | None = None) -> SearchResult:
-        """search() for a gate decision already made (a requester session's)."""
-        k, links = check_k(self.k if k is None else k), check_links(links)
-        where = filters if isinstance(filters, Filter) else self.parsed_filters(filters)
-        return self._search_admitted(gate, self._query_vector(query), k, links, where, check_threshold(threshold))
-
-    def parsed_filters(self, filters: Any) -> Filter | None:
-        """`filters` parsed (biomem.stores.filters), timestamps read as the engine reads them; None for none."""
-        return parse_filters(filters, timestamp=parse_timestamp)
-
-    def session(self, probe: Any, *, client: Clients = None, ttl: float = DEFAULT_TTL,
-                bound_to: str | None = None) -> Session:
-        """Run the gate once: a Session that acts as the matched person for `ttl` seconds
-        (UnknownIdentityError when the probe matches nobody). See biomem.engine.sessions."""
-        self.limiter.check(client)
-        probes = self.probes(probe)
-        gate = self.identify(probes, policy="best", client=client)
-        self.owner_of(gate)  # AmbiguousProbeError or UnknownIdentityError unless one person was admitted
-        broad = self.clears_step_up(gate, probes)
-        return self.sessions.open(self, gate, gate.labels[gate.identity], broad, ttl, bound_to=bound_to,
-                                  client=client)
-
-    def _linked(self, hits: Sequence[tuple[Note, float]], per_hit: int,
-                excluded: frozenset[int]) -> list[tuple[Note, int]]:
-        """Notes the hits link to, up to `per_hit` each, not already shown nor hidden from the requester; read
-        under the hit's owner, so a link to another owner's note (which the store refuses) could never return it."""
-        seen = {note.id for note, _ in hits} | excluded
-        linked: list[tuple[Note, int]] = []
-        for hit, _ in hits:
-            for note in self.store.get_notes(hit.owner, [i for i in hit.links if i not in seen])[:per_hit]:
-                linked.append((note, hit.id))
-                seen.add(note.id)
-        return linked
-
-    def _query_vector(self, query: str | np.ndarray) -> np.ndarray:
-        return self._embedded(self._checked_query(query))
-
-    def _checked_query(self, query: Any) -> str | np.ndarray:
-        """A query's text (stripped), or its vector made unit-norm; InvalidInputError otherwise."""
-        if isinstance(query, str):
-            return check_question(query)
-        vector = np.asarray(query, dtype=np.float32) if isinstance(query, (np.ndarray, list, tuple)) else None
-        if vector is None or vector.shape != (self.text.dim,) or not np.isfinite(vector).all() \
-                or not np.any(vector):
-            raise InvalidInputError(f"a query is a text or a finite non-zero {self.text.dim}-d vector")
-        return vector / np.linalg.norm(vector)
-
-    def _embedded(self, checked: str | np.ndarray) -> np.ndarray:
-        return self.text.encode_one(checked) if isinstance(checked, str) else checked
-
-    def _embedding_beside(self, queries: list[str | np.ndarray]) -> Future:
-        """The checked queries' vectors, embedded on a thread of their own when one is a text: the text encoder
-        and the face encoder each run on one onnxruntime thread, so on two cores the question costs no time
-        beside the probe's encoding (benchmarks/ask_latency.py)."""
-        if all(isinstance(q, np.ndarray) for q in queries):
-            done: Future = Future()
-            done.set_result(queries)
-            return done
-        return beside(lambda: [self._embedded(q) for q in queries])
-
-    def _search_admitted(self, gate: GateResult, vector: np.ndarray, k: int, links: int, where: Filter | None,
-                         threshold: float | None) -> SearchResult:
-        owners, excluded = self.reach(gate.admitted)
-        hits: list[tuple[int, int, float]] = []
-        pool = -len(excluded)  # notes hidden from the requester count as kept out
-        for owner in owners:
-            pool += self.partitions.size(owner)
-            within = Within(where, excluded) if where is not None or (excluded and owner not in gate.admitted) \
-                else None
-            hits += [(owner, i, s) for i, s in self.partitions.search(owner, vector, k, within)
-                     if threshold is None or s >= threshold]
-        hits.sort(key=lambda h: -h[2])
-        scores = {i: s for _, i, s in hits[:k]}
-        notes = [(n, scores[n.id]) for n in self.store.get_notes_among(owners, list(scores))]
-        notes.sort(key=lambda pair: (-pair[1], pair[0].timestamp, pair[0].id))
-        outside = self.store.note_total() - pool
-        return SearchResult(gate=gate, notes=notes, gated_out=outside, view=self.disclose(gate, outside),
-                            linked=self._linked(notes, links, excluded) if links else [])
-
-    def disclose(self, gate: GateResult, outside: int) -> dict[str, Any]:
-        """The gate decision and the kept-out summary (`outside` notes in all) as this store's disclosure
-        policy allows. Under "private" it reads only the admitted identities (no scan of every note)."""
-        if self.disclosure == "demo":
-            people = {i.id: i for i in self.store.identities()}
-            summary = self.store.note_summary([i for i, person in people.items() if person.sample])
-        else:
-            people, summary = {i: self.store.identity(i) for i in gate.admitted}, {}
-        return {"gate": gate_view(gate, people, self.disclosure),
-                "gated_out": kept_out_view(gate, outside, summary, people, self.disclosure)}
+        asked = self.retrieval.query(query, k=k, links=links, filters=filters, threshold=threshold)
+        embedding = self.retrieval.embedding(asked)  # the query embeds while the probe encodes
+        gate = self.requesters.admit(probe, policy=policy, client=client, listing=asked.listing)
+        return self.retrieval.search(gate, asked, embedding.result())
 
     def ask(self, question: str, *, probe: Any, k: int | None = None, links: int = 0, temporal: bool = False,
             query: str | None = None, policy: str | None = None, client: Clients = None) -> Answer:
@@ -440,73 +351,32 @@ class BioMemory(Households, Biometrics):
         With `links`, the notes linked to the hits follow them in the context (A-Mem). `query`
         retrieves instead of the question, e.g. A-Mem's `mem.llm.query_keywords(question)`. More than
         BROAD_K notes need the step-up match, as for search."""
-        k = check_k(self.k if k is None else k)
-        check_links(links)
-        checked = [check_question(question)] + ([] if query is None else [self._checked_query(query)])
-        embedding = self._embedding_beside(checked)  # a bad question costs no probe encoding; a good one
-        gate = self._gate(probe, policy, client, is_listing(k, None))  # embeds while the probe encodes
-        vectors = embedding.result()
-        return self._answer(gate, question, vectors[0], vectors[-1], k=k, links=links, temporal=temporal)
+        asked = self.retrieval.query(query, k=k, links=links, question=question)  # a bad question costs no probe
+        embedding = self.retrieval.embedding(asked)  # encoding; a good one embeds while the probe encodes
+        gate = self.requesters.admit(probe, policy=policy, client=client, listing=asked.listing)
+        return self.retrieval.answer(gate, asked, embedding.result(), temporal=temporal)
 
-    def ask_as(self, gate: GateResult, question: str, *, k: int | None = None, links: int = 0,
-               temporal: bool = False, query: str | None = None) -> Answer:
-        """ask() for a gate decision already made (a requester session's)."""
-        vector = self._query_vector(question)
-        retrieve = vector if query is None else self._query_vector(query)
-        return self._answer(gate, question, vector, retrieve, k=k, links=links, temporal=temporal)
-
-    def _answer(self, gate: GateResult, question: str, vector: np.ndarray, retrieve: np.ndarray, *,
-                k: int | None, links: int, temporal: bool) -> Answer:
-        result = self.search_as(gate, retrieve, k=k, links=links)
-        ranked = [n for n, _ in result.notes] + [n for n, _ in result.linked]  # hits by score, then links
-        notes = fit_notes(question, ranked, temporal, self.prompt_tokens, self.text.count_tokens)
-        hits = result.notes[:len(notes)]
-        return Answer(text=self.llm.answer(question, notes, temporal, vector), notes=hits,
-                      gate=result.gate, prompt=answer_prompt(question, notes, temporal),
-                      gated_out=result.gated_out, view=result.view, linked=result.linked[:len(notes) - len(hits)],
-                      omitted=len(ranked) - len(notes))
+    def disclose(self, gate: GateResult, outside: int) -> dict[str, Any]:
+        """The gate decision and the kept-out summary as this store's disclosure allows (Retrieval.disclose)."""
+        return self.retrieval.disclose(gate, outside)
 
     def get(self, note_id: int, *, probe: Any, client: Clients = None) -> Note:
         """One of the notes the requester may read (anyone else's id raises NoteNotFoundError)."""
         note_id = check_id(note_id)
-        return self.get_as(self._owner(probe, client), note_id)
-
-    def get_as(self, person: int, note_id: int) -> Note:
-        """get() for a person the gate already admitted (a requester session's)."""
-        owners, excluded = self.reach([person])
-        note = self.store.find_note(owners, check_id(note_id))
-        if note.id in excluded:
-            raise NoteNotFoundError(f"no note {note_id} among your memories")
-        return note
+        return self.notebook.get(self.requesters.owner(probe, client), note_id)
 
     def get_all(self, *, probe: Any, filters: dict[str, Any] | None = None, page: int = 1,
                 page_size: int | None = None, client: Clients = None) -> list[Note]:
         """The notes the requester may read (their own and their groups'), oldest first, that match `filters`;
         page `page` of `page_size` (default: all). A broad read: step-up probe."""
-        where, (offset, limit) = self.parsed_filters(filters), check_page(page, page_size)
-        return self.get_all_as(self.verify(probe, "Listing all your notes", client=client), where, offset, limit)
-
-    def get_all_as(self, person: int, filters: dict[str, Any] | Filter | None = None, offset: int = 0,
-                   limit: int | None = None) -> list[Note]:
-        """get_all() for a person a step-up probe already proved (a requester session's)."""
-        where = filters if isinstance(filters, Filter) else self.parsed_filters(filters)
-        owners, excluded = self.reach([person])
-        return self.store.list_notes(owners, where=where, excluded=excluded, offset=offset, limit=limit)[0]
+        where, (offset, limit) = parsed_filters(filters), check_page(page, page_size)
+        return self.notebook.listing(self.verify(probe, "Listing all your notes", client=client), where, offset, limit)
 
     def update(self, note_id: int, text: str, *, probe: Any, client: Clients = None) -> Note:
         """Rewrite one of the requester's notes, or a group note they wrote (step-up probe; analysed and
         embedded again)."""
         note_id, text = check_id(note_id), check_note(text)  # bad input costs no probe encoding
-        return self.update_as(self.prove(probe, "Changing a note", client=client), note_id, text)
-
-    def update_as(self, person: int, note_id: int, text: str) -> Note:
-        """update() for a person a fresh step-up probe already proved (a requester session's)."""
-        note = self.get_as(person, note_id)
-        if note.author != person:
-            raise NotAuthorisedError("only the member who wrote a household's note may change it")
-        note = self.agent.rewrite(note.owner, note.id, check_note(text), actor=person)
-        self.llm.drop_owner(note.owner)
-        return note
+        return self.notebook.update(self.prove(probe, "Changing a note", client=client), note_id, text)
 
     def delete(self, note_id: int, *, probe: Any, client: Clients = None, keep_history: bool = False,
                timeout: float = 10.0) -> Note:
@@ -518,34 +388,42 @@ class BioMemory(Households, Biometrics):
         `timeout` s for other connections' readers, as forget does).
         """
         note_id = check_id(note_id)  # a bad id costs no probe encoding
-        return self.delete_as(self.prove(probe, "Deleting a note", client=client), note_id,
-                              keep_history=keep_history, timeout=timeout)
-
-    def delete_as(self, person: int, note_id: int, *, keep_history: bool = False, timeout: float = 10.0) -> Note:
-        """delete() for a person a fresh step-up probe already proved (a requester session's)."""
-        owner = self.get_as(person, note_id).owner
-        self.agent.take_back(owner, note_id)  # no derived copy of its words outlives it (docs/gate.md)
-        note, generation = self.store.delete_note(owner, note_id, keep_history=keep_history, actor=person)
-        self.partitions.deleted(owner, note_id, generation)
-        self.llm.drop_owner(owner)
-        self.store.checkpoint(timeout)
-        return note
+        return self.notebook.delete(self.prove(probe, "Deleting a note", client=client), note_id,
+                                    keep_history=keep_history, timeout=timeout)
 
     def history(self, note_id: int, *, probe: Any, client: Clients = None) -> list[dict[str, Any]]:
         """Every add/update/evolve/unevolve/delete of a note the requester may read, oldest first, with the note's
         fields before and after each and who made it (`actor`); for a deleted note only events and times
         (before/after None) unless it was deleted with keep_history=True."""
         note_id = check_id(note_id)
-        return self.history_as(self._owner(probe, client), note_id)
+        return self.notebook.history(self.requesters.owner(probe, client), note_id)
 
-    def history_as(self, person: int, note_id: int) -> list[dict[str, Any]]:
-        """history() for a person the gate already admitted. A group's deleted note keeps no list of whom it
-        was hidden from, so its history is shown to nobody; a person's own deleted note's is."""
-        try:
-            owner = self.get_as(person, note_id).owner
-        except NoteNotFoundError:
-            owner = person
-        return self.store.history(owner, note_id)
+    # ---- households: biomem.engine.households -------------------------------------------------
+
+    def create_group(self, label: str, *, probe: Any = None, identity: int | None = None,
+                     client: Clients = None) -> Group:
+        """A new group founded by the requester (step-up `probe`) or the operator's person `identity`."""
+        return self.households.create_group(label, probe=probe, identity=identity, client=client)
+
+    def add_member(self, group: int, *, probe: Any = None, member_probe: Any = None, identity: int | None = None,
+                   client: Clients = None) -> Group:
+        """Add a person to a group: a member's and the newcomer's step-up probes, or the operator's `identity`."""
+        return self.households.add_member(group, probe=probe, member_probe=member_probe, identity=identity,
+                                          client=client)
+
+    def remove_member(self, group: int, member: int, *, probe: Any = None, operator: bool = False,
+                      client: Clients = None) -> Group | None:
+        """Take `member` out of a group (a member's step-up probe, or the operator); None when none is left."""
+        return self.households.remove_member(group, member, probe=probe, operator=operator, client=client)
+
+    def groups(self, *, probe: Any = None, identity: int | None = None, client: Clients = None) -> list[Group]:
+        """The requester's groups (or person `identity`'s, for the operator) with their members' labels."""
+        return self.households.groups(probe=probe, identity=identity, client=client)
+
+    def delete_group(self, group: int, *, probe: Any = None, operator: bool = False, client: Clients = None,
+                     timeout: float = 10.0) -> int:
+        """Erase a group and its notes, links and history (a member's step-up probe, or the operator)."""
+        return self.households.delete_group(group, probe=probe, operator=operator, client=client, timeout=timeout)
 
     def overview(self) -> dict[str, Any]:
         """Public view of the store: totals, the default encoder and its τ, the LLM and policy, and

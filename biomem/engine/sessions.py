@@ -32,33 +32,43 @@ from ..identity.gate import GateResult
 from ..stores import MemoryStore
 from ..stores.records import Group, Note, check_id
 from .access import check_writer
-from .checks import BROAD_K, check_k, check_page, is_listing
+from .checks import BROAD_K, check_note, check_page
+from .query import Query, parsed_filters
 from .results import Answer, SearchResult
 
 DEFAULT_TTL = 120.0
 MAX_SESSIONS = 10_000  # bounded memory: the oldest sessions are dropped first
 
 
+class Reads(Protocol):
+    """What a session reads through (biomem.engine.retrieval.Retrieval)."""
+
+    def query(self, query: Any, *, k: Any = None, links: Any = 0, filters: Any = None, threshold: Any = None,
+              question: Any = None) -> Query: ...
+    def search(self, gate: GateResult, asked: Query) -> SearchResult: ...
+    def answer(self, gate: GateResult, asked: Query, *, temporal: bool = False) -> Answer: ...
+
+
+class Notes(Protocol):
+    """The note calls a session makes for its person (biomem.engine.notebook.Notebook)."""
+
+    def get(self, person: int, note_id: int) -> Note: ...
+    def listing(self, person: int, where: Any = None, offset: int = 0, limit: int | None = None) -> list[Note]: ...
+    def history(self, person: int, note_id: int) -> list[dict[str, Any]]: ...
+    def update(self, person: int, note_id: int, text: str) -> Note: ...
+    def delete(self, person: int, note_id: int, *, keep_history: bool = False) -> Note: ...
+
+
 class Engine(Protocol):
     """What a session asks of its BioMemory (biomem.engine.memory), which opens it."""
 
     store: MemoryStore
-    k: int
+    retrieval: Reads
+    notebook: Notes
 
-    def parsed_filters(self, filters: Any) -> Any: ...
-    def search_as(self, gate: GateResult, query: Any, *, k: int | None = None, links: int = 0,
-                  filters: Any = None, threshold: float | None = None) -> SearchResult: ...
-    def ask_as(self, gate: GateResult, question: str, *, k: int | None = None, links: int = 0,
-               temporal: bool = False, query: str | None = None) -> Answer: ...
     def add(self, text: str, *, identity: int | None = None, scope: int | None = None, hidden_from: Any = (),
             metadata: dict[str, Any] | None = None, timestamp: Any = None, infer: bool = True) -> Note: ...
-    def get_as(self, person: int, note_id: int) -> Note: ...
-    def get_all_as(self, person: int, filters: Any = None, offset: int = 0, limit: int | None = None) -> list[Note]: ...
-    def history_as(self, person: int, note_id: int) -> list[dict[str, Any]]: ...
-    def groups(self, *, identity: int | None = None) -> list[Group]: ...
     def verify(self, probe: Any, action: str = "this action", *, client: Clients = None) -> int: ...
-    def update_as(self, owner: int, note_id: int, text: str) -> Note: ...
-    def delete_as(self, owner: int, note_id: int, *, keep_history: bool = False) -> Note: ...
     def forget(self, *, identity: int | None = None) -> int: ...
 
 
@@ -117,26 +127,27 @@ class Session:
                threshold: float | None = None) -> SearchResult:
         """search() as the owner; more than BROAD_K notes, or filters, only in a session opened at step-up τ."""
         self._owner()
-        where = self.mem.parsed_filters(filters)
-        self._check_listing(k, where)
-        return self.mem.search_as(self.gate, query, k=k, links=links, filters=where, threshold=threshold)
+        asked = self.mem.retrieval.query(query, k=k, links=links, filters=filters, threshold=threshold)
+        self._check_listing(asked)
+        return self.mem.retrieval.search(self.gate, asked)
 
     def ask(self, question: str, *, k: int | None = None, links: int = 0, temporal: bool = False,
             query: str | None = None) -> Answer:
         """ask() as the owner; more than BROAD_K notes only in a session opened at step-up τ."""
         self._owner()
-        self._check_listing(k, None)
-        return self.mem.ask_as(self.gate, question, k=k, links=links, temporal=temporal, query=query)
+        asked = self.mem.retrieval.query(query, k=k, links=links, question=question)
+        self._check_listing(asked)
+        return self.mem.retrieval.answer(self.gate, asked, temporal=temporal)
 
-    def _check_listing(self, k: int | None, where: Any) -> None:
-        """StepUpRequiredError for a read that lists the person's notes (is_listing) in a narrow session."""
-        if not self.broad and is_listing(check_k(self.mem.k if k is None else k), where):
+    def _check_listing(self, asked: Query) -> None:
+        """StepUpRequiredError for a read that lists the person's notes (Query.listing) in a narrow session."""
+        if not self.broad and asked.listing:
             raise StepUpRequiredError(f"a search of more than {BROAD_K} notes, or with filters, lists your notes: "
                                       "it needs a session opened with a clearer probe (the stricter step-up "
                                       "match, of every kind you enrolled)")
 
     def get(self, note_id: int) -> Note:
-        return self.mem.get_as(self._owner(), check_id(note_id))
+        return self.mem.notebook.get(self._owner(), check_id(note_id))
 
     def get_all(self, *, filters: Any = None, page: int = 1, page_size: int | None = None) -> list[Note]:
         """The notes the person may read: a broad read, so only when the opening probe cleared step-up τ."""
@@ -144,15 +155,15 @@ class Session:
         if not self.broad:
             raise StepUpRequiredError("listing all your notes needs a session opened with a clearer probe "
                                       "(the stricter step-up match, of every kind you enrolled)")
-        offset, limit = check_page(page, page_size)
-        return self.mem.get_all_as(owner, filters, offset, limit)
+        where, (offset, limit) = parsed_filters(filters), check_page(page, page_size)
+        return self.mem.notebook.listing(owner, where, offset, limit)
 
     def history(self, note_id: int) -> list[dict[str, Any]]:
-        return self.mem.history_as(self._owner(), check_id(note_id))
+        return self.mem.notebook.history(self._owner(), check_id(note_id))
 
     def groups(self) -> list[Group]:
         """The person's groups, with their members' labels."""
-        return self.mem.groups(identity=self._owner())
+        return self.mem.store.groups_of(self._owner())
 
     def add(self, text: str, *, scope: int | None = None, hidden_from: Any = (),
             metadata: dict[str, Any] | None = None, timestamp: Any = None, infer: bool = True) -> Note:
@@ -170,10 +181,12 @@ class Session:
         return owner
 
     def update(self, note_id: int, text: str, *, probe: Any) -> Note:
-        return self.mem.update_as(self._fresh(probe, "Changing a note"), note_id, text)
+        note_id, text = check_id(note_id), check_note(text)  # bad input costs no probe encoding
+        return self.mem.notebook.update(self._fresh(probe, "Changing a note"), note_id, text)
 
     def delete(self, note_id: int, *, probe: Any, keep_history: bool = False) -> Note:
-        return self.mem.delete_as(self._fresh(probe, "Deleting a note"), note_id, keep_history=keep_history)
+        note_id = check_id(note_id)
+        return self.mem.notebook.delete(self._fresh(probe, "Deleting a note"), note_id, keep_history=keep_history)
 
     def forget(self, *, probe: Any) -> int:
         """Erase this session's person (see BioMemory.forget); the session ends with them."""

@@ -1,4 +1,4 @@
-"""BioMemory's biometric half: encoders, thresholds (τ), probes, the gate's identify and step-up
+"""The biometric service: encoders, thresholds (τ) and margins (δ), probes, the gate's identify and step-up
 verify, enrolment and added captures."""
 
 from __future__ import annotations
@@ -46,29 +46,34 @@ from .enrolment import (
 )
 from .gate import DEFAULT_MARGIN, DEFAULT_MARGINS, Gate, GateResult, Probe, fuse
 from .limits import AttemptLimiter
+from .samples import sample_people_captures
 
 Clients = str | Sequence[str] | None  # a requester's keys for attempt limits: session, address
 
 
 class Biometrics:
-    """Who a probe is, and who may enrol: the mixin of BioMemory (biomem.engine.memory), which sets the
-    store, gate, attempt limiter, default modality, policy and fusion, and the encoder cache."""
+    """Who a probe is, and who may enrol: the encoders, τ and δ, the gate's identify and step-up verify,
+    enrolment and added captures, over one store. BioMemory (biomem.engine.memory) composes one; its attempt
+    limiter is read through `limiter`, which a caller may replace (a test's clock)."""
 
-    store: MemoryStore
-    gate: Gate
-    limiter: AttemptLimiter
-    modality: str
-    policy: str
-    fusion: str
-    target_fpir: float  # the false-positive identification rate enrolment must keep (biomem.identity.enrolment)
-    disclosure: str  # "private" or "demo" (biomem.identity.disclosure): "demo" shows every score
-    _encoders: EncoderCache
-    _enrolling: threading.Lock  # check-then-insert of enrolments is one step
-    reserved: Reserved  # captures no requester may enrol: the demo's sample people's (biomem.identity.samples)
+    def __init__(self, store: MemoryStore, limiter: AttemptLimiter, *, modality: str, policy: str, fusion: str,
+                 disclosure: str, target_fpir: float, encoders: EncoderCache | None = None,
+                 reserved: Reserved | None = None) -> None:
+        self.store = store
+        self.gate = Gate(store)
+        self.limiter = limiter
+        self.modality = modality  # the default modality of a probe that names none
+        self.policy = policy
+        self.fusion = fusion
+        self.disclosure = disclosure  # "private" or "demo" (biomem.identity.disclosure): "demo" shows every score
+        self.target_fpir = target_fpir  # the false-positive identification rate enrolment keeps (enrolment)
+        self.encoders = encoders or EncoderCache()
+        self.reserved = reserved or Reserved(sample_people_captures)  # encoded at a requester's first enrolment
+        self._enrolling = threading.Lock()  # check-then-insert of enrolments is one step
 
     def encoder(self, modality: str | None = None) -> modalities.Encoder:
         """The (cached) encoder of `modality`, default the store's."""
-        return self._encoders.get(modality or self.modality)
+        return self.encoders.get(modality or self.modality)
 
     def probe(self, sample: Any, modality: str | None = None, *, quality: str = "probe") -> Probe:
         """A Probe from an image (path, bytes, array, PIL) or a Burst of them through the encoder, held to the
@@ -90,14 +95,14 @@ class Biometrics:
         """
         name = modality or self.modality
         stored = self.store.threshold(name)
-        tau = stored[0] if stored else self._encoders.info(name).default_threshold
+        tau = stored[0] if stored else self.encoders.info(name).default_threshold
         if not step_up:
             return tau
         strict = self.store.threshold(name, step_up=True)
         if strict:
             return max(tau, strict[0])
         try:
-            default = self._encoders.info(name).step_up_threshold
+            default = self.encoders.info(name).step_up_threshold
         except UnknownModalityError:  # precomputed probes of an unregistered modality
             default = None
         return max(tau, tau if default is None else default)
@@ -203,9 +208,6 @@ class Biometrics:
         limits = self.limiter.limits
         return tau if limits is None or not client else \
             tau - limits.near * (self.threshold(modality, step_up=True) - tau)
-
-    def _owner(self, probe: Any, client: Clients = None) -> int:
-        return self.owner_of(self.identify(probe, policy="best", client=client))
 
     @staticmethod
     def owner_of(gate: GateResult) -> int:
@@ -374,7 +376,7 @@ class Biometrics:
         lock every real capture of that modality out (ModalityMismatchError)."""
         for probe in probes:
             try:
-                dim = self._encoders.info(probe.modality).dim
+                dim = self.encoders.info(probe.modality).dim
             except UnknownModalityError:
                 continue  # an evaluation's own modality: its stored templates decide
             if probe.embedding.shape != (dim,):
@@ -393,11 +395,11 @@ class Biometrics:
     def other_kind(self, modality: str | None = None) -> str | None:
         """A modality enrolled in this store of another kind than `modality` (a face's palm, say):
         the encoder of a second step-up probe; None when nobody enrolled one."""
-        kind = self._encoders.info(modality or self.modality).kind
+        kind = self.encoders.info(modality or self.modality).kind
         return next((m for m in self.store.modalities() if self._kind(m) not in (kind, None)), None)
 
     def _kind(self, modality: str) -> str | None:
         try:
-            return self._encoders.info(modality).kind
+            return self.encoders.info(modality).kind
         except UnknownModalityError:  # precomputed probes of an unregistered modality
             return None

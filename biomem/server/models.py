@@ -27,7 +27,7 @@ from pydantic_core import PydanticCustomError
 from ..engine.checks import BROAD_K, MAX_K
 from ..identity.bursts import MAX_FRAMES
 from ..notes.timeparse import parse_timestamp
-from ..stores.filters import MAX_METADATA_KEYS, check_metadata, parse_filters
+from ..stores.filters import MAX_METADATA_KEYS, Filter, check_metadata, parse_filters
 
 B64 = "iVBORw0KGgo..."  # an abbreviated base64 PNG, for the examples
 MAX_EMBEDDING = 8192  # values of a precomputed probe
@@ -41,11 +41,10 @@ METADATA = (f"a flat JSON object (at most {MAX_METADATA_KEYS} keys) of strings, 
             "of those, that filters read")
 
 
-def valid_filters(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Filters the engine would refuse are refused with its message (before any probe is encoded)."""
-    if value is not None:
-        parse_filters(value, timestamp=parse_timestamp)  # InvalidInputError is a ValueError: a 422
-    return value
+def valid_filters(value: dict[str, Any] | None) -> Filter | None:
+    """The parsed filter tree, which the engine takes as it is; filters it would refuse are refused with its message
+    (before any probe is encoded): InvalidInputError is a ValueError, so a 422."""
+    return parse_filters(value, timestamp=parse_timestamp)
 
 
 def valid_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
