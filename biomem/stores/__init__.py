@@ -10,7 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..settings import Settings
-from .base import MemoryStore, SearchIndex, is_postgres, sqlite_path
+from .base import (
+    AttemptStore,
+    IdentityStore,
+    KeyStore,
+    MemoryStore,
+    NoteStore,
+    SearchIndex,
+    StoreCore,
+    ThresholdStore,
+    is_postgres,
+    sqlite_path,
+)
 
 
 def open_store(location: str | Path, *, key: bytes | None = None, settings: Settings | None = None) -> MemoryStore:
@@ -23,4 +34,5 @@ def open_store(location: str | Path, *, key: bytes | None = None, settings: Sett
     return Store(sqlite_path(location), key=key, settings=settings)
 
 
-__all__ = ["MemoryStore", "SearchIndex", "is_postgres", "open_store", "sqlite_path"]
+__all__ = ["AttemptStore", "IdentityStore", "KeyStore", "MemoryStore", "NoteStore", "SearchIndex", "StoreCore",
+           "ThresholdStore", "is_postgres", "open_store", "sqlite_path"]

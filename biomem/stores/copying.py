@@ -17,7 +17,7 @@ from pathlib import Path
 from ..errors import InvalidInputError, StoreCorruptError
 from ..settings import Settings
 from . import open_store
-from .base import COUNTED, OWN_META, TABLES, MemoryStore
+from .base import COUNTED, OWN_META, TABLES, StoreCore
 
 
 @dataclass(frozen=True)
@@ -29,12 +29,12 @@ class TableCheck:
     checksum: str
 
 
-def copied_rows(store: MemoryStore, table: str) -> Iterator[tuple]:
+def copied_rows(store: StoreCore, table: str) -> Iterator[tuple]:
     """The rows of `table` a copy carries: all of them, but the meta rows each store keeps by itself."""
     return (row for row in store.export_rows(table) if table != "meta" or row[0] not in OWN_META)
 
 
-def table_checksum(store: MemoryStore, table: str) -> tuple[int, str]:
+def table_checksum(store: StoreCore, table: str) -> tuple[int, str]:
     """(rows, SHA-256 over every copied row) of one table, independent of the order rows come in."""
     digests = sorted(hashlib.sha256(repr(_canonical(row)).encode()).digest() for row in copied_rows(store, table))
     return len(digests), hashlib.sha256(b"".join(digests)).hexdigest()

@@ -13,11 +13,12 @@ import os
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 import hnswlib
 import numpy as np
 
-from .base import MemoryStore, Within
+from .base import NoteStore, StoreCore, Within
 from .blas import one_thread
 
 
@@ -57,10 +58,15 @@ HNSW_THRESHOLD = 20_000  # notes per owner from which a partition gets an hnswli
 SMALL_SCAN = 1 << 17
 
 
+class PartitionedStore(NoteStore, StoreCore, Protocol):
+    """What Partitions reads of its store: note vectors and generations (NoteStore), and the store id its index
+    files are stamped with (StoreCore)."""
+
+
 class Partitions:
     """Cache of partitions keyed by owner id; reloads an owner whenever its generation moved."""
 
-    def __init__(self, store: MemoryStore, index_dir: str | Path, dim: int, *,
+    def __init__(self, store: PartitionedStore, index_dir: str | Path, dim: int, *,
                  hnsw_threshold: int = HNSW_THRESHOLD, ef_search: int = 256) -> None:
         self.store = store
         self.index_dir = Path(index_dir)

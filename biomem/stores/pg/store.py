@@ -10,7 +10,7 @@ template version live in the database, so every process sees the others' writes 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -18,15 +18,13 @@ import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 
-from ...errors import DuplicateLabelError, NotAuthorisedError, StoreCorruptError, UnknownIdentityError
+from ...errors import DuplicateLabelError, NotAuthorisedError, StoreCorruptError
 from ...settings import Settings
-from ...vocabulary import AttemptLimits
-from ..attempts import record_misses
-from ..base import COLUMNS, KEYS, THRESHOLD_COLUMNS, Derived, SealedTemplates, SearchIndex
-from ..groups import emptied_groups, erase_from_groups, erase_unreadable
+from ..base import COLUMNS, KEYS, SealedTemplates, SearchIndex
 from ..labels import label_key, taken
 from ..records import Identity, check_id, metadata_json, now_iso
 from ..sealing import Sealer
+from ..store_logic import StoreLogic
 from .connections import Connections
 from .graphs import GRAPH_FLOOR, HNSW_THRESHOLD
 from .group_rows import PgGroupRows
@@ -39,7 +37,7 @@ from .search import DatabaseSearch
 VECTOR_INDEX = "CREATE INDEX notes_hnsw ON notes USING hnsw (embedding vector_ip_ops)"
 
 
-class PostgresStore(PgNoteRows, PgGroupRows, SealedTemplates, Derived):
+class PostgresStore(PgNoteRows, PgGroupRows, SealedTemplates, StoreLogic):
     """The store in a PostgreSQL database (pgvector >= 0.8); every public method is one transaction.
 
     url: postgresql://user[:password]@host[:port]/db (or with ?host=/socket/dir). The user must own
@@ -135,6 +133,39 @@ class PostgresStore(PgNoteRows, PgGroupRows, SealedTemplates, Derived):
 
     admit = staticmethod(Connections.admit)
 
+    # the hooks of the shared logic (biomem.stores.dialect)
+    MARK = "%s"
+
+    def _reading(self, owners: Iterable[int] | None = None) -> AbstractContextManager[psycopg.Connection]:
+        """A read admitting `owners`; with none, one statement in autocommit (reading)."""
+        return self.reading() if owners is None else self.transaction(owners)
+
+    def _writing(self, owners: Iterable[int] | None = None) -> AbstractContextManager[psycopg.Connection]:
+        return self.transaction(owners)
+
+    @staticmethod
+    def _among(column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        return f"{column} = ANY (%s)", [list(values)]
+
+    @staticmethod
+    def _inserted_id(conn: psycopg.Connection, sql: str, args: list[Any]) -> int:
+        return conn.execute(f"{sql} RETURNING id", args).fetchone()[0]
+
+    @staticmethod
+    def _execute_many(conn: psycopg.Connection, sql: str, rows: list[tuple]) -> None:
+        with conn.cursor() as cursor:
+            cursor.executemany(sql, rows)
+
+    @staticmethod
+    def memo(key: tuple, read: Callable[[], Any]) -> Any:
+        """`read()` now: nothing is remembered, other processes write the same database."""
+        return read()
+
+    def _admit_erasure(self, conn: psycopg.Connection, identity_id: int) -> None:
+        """Admit the person and every group: the notes they wrote may be in any group, even one they left."""
+        groups = [g for (g,) in conn.execute("SELECT id FROM identities WHERE kind = 'group'")]
+        self.admit(conn, [int(identity_id), *groups])
+
     @property
     def closed(self) -> bool:
         return self.connections.closed
@@ -177,44 +208,6 @@ class PostgresStore(PgNoteRows, PgGroupRows, SealedTemplates, Derived):
             if hnsw:
                 conn.execute(VECTOR_INDEX.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS"))
 
-    # meta and thresholds
-    def get_meta(self, key: str, default: str | None = None) -> str | None:
-        with self.reading() as conn:
-            row = conn.execute("SELECT value FROM meta WHERE key = %s", [key]).fetchone()
-        return row[0] if row else default
-
-    def set_meta(self, key: str, value: str) -> None:
-        with self.transaction() as conn:
-            conn.execute("INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                         [key, value])
-
-    def threshold(self, modality: str, *, step_up: bool = False) -> tuple[float, str] | None:
-        """(τ, provenance) stored for `modality` (the step-up τ with `step_up`), else None."""
-        columns = "tau_strict, strict_source" if step_up else "tau, source"
-        with self.reading() as conn:
-            row = conn.execute(f"SELECT {columns} FROM thresholds WHERE modality = %s", [modality]).fetchone()
-        return (float(row[0]), row[1]) if row and row[0] is not None else None
-
-    def calibrated(self) -> list[str]:
-        with self.transaction() as conn:
-            return [r[0] for r in conn.execute("SELECT modality FROM thresholds ORDER BY 1")]
-
-    def set_threshold(self, modality: str, tau: float, source: str, *, step_up: bool = False,
-                      column: str | None = None) -> None:
-        """Store τ (the step-up τ with `step_up`; `column="delta"`: the ambiguity margin) and its provenance."""
-        value, provenance = THRESHOLD_COLUMNS[column or ("tau_strict" if step_up else "tau")]
-        with self.transaction() as conn:
-            conn.execute(f"INSERT INTO thresholds (modality, {value}, {provenance}, updated) "
-                         f"VALUES (%s, %s, %s, %s) ON CONFLICT (modality) DO UPDATE SET {value} = "
-                         f"excluded.{value}, {provenance} = excluded.{provenance}, updated = excluded.updated",
-                         [modality, float(tau), source, now_iso()])
-
-    def margin(self, modality: str) -> tuple[float, str] | None:
-        """(δ, provenance) of the gate's ambiguity margin stored for `modality`, else None."""
-        with self.reading() as conn:
-            row = conn.execute("SELECT delta, delta_source FROM thresholds WHERE modality = %s", [modality]).fetchone()
-        return (float(row[0]), row[1]) if row and row[0] is not None else None
-
     # identities and templates
     def add_identity(self, label: str, modality: str, templates: np.ndarray, *, sample: bool = False) -> Identity:
         """A new identity (its id is never reused); DuplicateLabelError if the label, or one it looks like, is taken."""
@@ -227,37 +220,10 @@ class PostgresStore(PgNoteRows, PgGroupRows, SealedTemplates, Derived):
             self.add_templates(row[0], modality, templates)
         return Identity(row[0], label, sample)
 
-    def add_templates(self, identity_id: int, modality: str, templates: np.ndarray) -> None:
-        with self.transaction([identity_id]) as conn:
-            self.person(identity_id)  # a group is never enrolled, so never matched
-            with conn.cursor() as cursor:
-                cursor.executemany(
-                    "INSERT INTO templates (identity_id, modality, embedding, created) VALUES (%s, %s, %s, %s)",
-                    [(identity_id, modality, self._seal_row(t, identity_id, modality), now_iso()) for t in templates])
-            self._bump_templates(conn)
-
     @staticmethod
     def _bump_templates(conn: psycopg.Connection) -> None:
         conn.execute("INSERT INTO meta VALUES ('templates_version', '1') ON CONFLICT (key) "
                      "DO UPDATE SET value = (meta.value::bigint + 1)::text")
-
-    def templates_version(self) -> str:
-        return self.get_meta("templates_version", "0")
-
-    def identity(self, identity_id: int) -> Identity:
-        """The owner `identity_id`, a person or a group; UnknownIdentityError when there is none."""
-        with self.reading() as conn:
-            row = conn.execute("SELECT id, label, sample, kind FROM identities WHERE id = %s",
-                               [check_id(identity_id, "identity")]).fetchone()
-        if row is None:
-            raise UnknownIdentityError(f"no identity with id {identity_id}")
-        return Identity(row[0], row[1], bool(row[2]), row[3])
-
-    def identities(self) -> list[Identity]:
-        """Every enrolled person (groups are not people: all_groups lists them)."""
-        with self.transaction() as conn:
-            return [Identity(i, label, bool(sample)) for i, label, sample in
-                    conn.execute("SELECT id, label, sample FROM identities WHERE kind = 'person' ORDER BY id")]
 
     def templates(self, modality: str) -> tuple[np.ndarray, np.ndarray]:
         """(identity ids, opened template matrix) of every template of `modality` (the gallery)."""
@@ -269,40 +235,6 @@ class PostgresStore(PgNoteRows, PgGroupRows, SealedTemplates, Derived):
         with self.transaction() as conn:
             return [r[0] for r in conn.execute("SELECT gallery_modalities(%s)",
                                                [None if identity_id is None else int(identity_id)])]
-
-    def delete_identity(self, identity_id: int) -> list[int]:
-        """Delete a person or a group and, by cascade, their templates, notes, links and history. A person's
-        notes in groups go too, with their history, and a group they leave empty goes with its notes. Returns
-        the other owners whose notes changed or went (their search indexes must be dropped). The transaction
-        admits the person and every group: the notes they wrote may be in any group, even one they left."""
-        with self.transaction() as conn:
-            self.identity(identity_id)
-            groups = [g for (g,) in conn.execute("SELECT id FROM identities WHERE kind = 'group'")]
-            self.admit(conn, [int(identity_id), *groups])
-            touched, member_of = erase_from_groups(conn.execute, int(identity_id), "%s")
-            conn.execute("DELETE FROM identities WHERE id = %s", [int(identity_id)])
-            for group in touched:
-                conn.execute("UPDATE identities SET generation = generation + 1 WHERE id = %s", [group])
-            for group in member_of:  # (each in touched already) no one is left alone with a note kept from them
-                erase_unreadable(conn.execute, group, "%s")
-            emptied = emptied_groups(conn.execute, member_of, "%s")
-            for group in emptied:
-                conn.execute("DELETE FROM identities WHERE id = %s", [group])
-            self._bump_templates(conn)
-        return sorted(set(touched) | set(emptied))
-
-    def rekey(self, key: bytes) -> None:
-        """Re-seal every template (and the check value) under `key`, in one transaction."""
-        new = Sealer(key)
-        with self.transaction(owner.id for owner in self.identities()) as conn:
-            rows = conn.execute("SELECT id, identity_id, modality, embedding FROM templates").fetchall()
-            for template_id, owner, modality, blob in rows:
-                context = self._context(owner, modality)
-                conn.execute("UPDATE templates SET embedding = %s WHERE identity_id = %s AND id = %s",
-                             [new.seal(self.sealer.open(blob, context), context), owner, template_id])
-            conn.execute("UPDATE meta SET value = %s WHERE key = 'key_check'", [new.check_value(b"key-check").hex()])
-            self._bump_templates(conn)
-        self.sealer = new
 
     # service API keys (biomem.engine.keys): digests only, written and listed by the tables' owner (schema version 8)
     @contextmanager
@@ -321,18 +253,6 @@ class PostgresStore(PgNoteRows, PgGroupRows, SealedTemplates, Derived):
             return conn.execute("INSERT INTO api_keys (name, role, digest, prefix, created) "
                                 "VALUES (%s, %s, %s, %s, %s) RETURNING id",
                                 [name, role, digest, prefix, now_iso()]).fetchone()[0]
-
-    # attempt limits (biomem.identity.limits.AttemptLimiter), shared by every replica
-    def attempt_wait(self, clients: list[str], now: float) -> float:
-        with self.reading() as conn:
-            (end,) = conn.execute("SELECT max(ends) FROM cooldowns WHERE client = ANY (%s)", [clients]).fetchone()
-        return max(0.0, (end or 0.0) - now)
-
-    def attempt_miss(self, clients: list[str], now: float, limits: AttemptLimits,
-                     misses: int = 1) -> list[tuple[str, float]]:
-        with self.transaction() as conn:
-            return record_misses(lambda sql, params: conn.execute(sql.replace("?", "%s"), params), clients, now,
-                                 limits, misses)
 
     def api_key(self, digest: str) -> tuple[int, str, str] | None:
         """(id, name, role) of the unrevoked key with this digest, else None: the engine's role reads no table."""

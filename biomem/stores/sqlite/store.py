@@ -4,8 +4,10 @@ Every note has a NOT NULL owner; a trigger refuses links between two owners; eve
 or write of a note by id takes the owner and matches on it. One connection serves all
 threads behind one lock (the single write path); WAL keeps other processes' readers going.
 
-Store opens, seals, migrates and checkpoints the file and keeps identities, templates,
-thresholds and meta; NoteRows (note_rows.py) adds the notes, links and history; the schema is schema.py's.
+Store opens, seals, migrates and checkpoints the file and supplies the hooks (biomem.stores.dialect) through
+which the logic both stores share runs here (biomem.stores.note_logic, biomem.stores.store_logic); NoteRows
+(note_rows.py) and GroupRows (group_rows.py) add SQLite's own note and group statements; the schema is
+schema.py's.
 
 The small rows every request reads (an owner's identity, generation and groups, meta, thresholds, cool-downs)
 are remembered between writes (Store.memo): a search asks SQLite whether anything changed (`PRAGMA
@@ -20,24 +22,22 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import sqlite_utils
 
-from ...errors import DuplicateLabelError, ForgetIncompleteError, StoreCorruptError, UnknownIdentityError
+from ...errors import DuplicateLabelError, ForgetIncompleteError, StoreCorruptError
 from ...settings import Settings
-from ...vocabulary import AttemptLimits
-from ..attempts import record_misses
-from ..base import COLUMNS, KEYS, THRESHOLD_COLUMNS, Derived, SealedTemplates, SearchIndex
-from ..groups import emptied_groups, erase_from_groups, erase_unreadable
+from ..base import COLUMNS, KEYS, SealedTemplates, SearchIndex
 from ..labels import label_key, rekey_people, taken
 from ..partitions import HNSW_THRESHOLD, Partitions
 from ..records import Identity, check_id, now_iso
 from ..sealing import Sealer
+from ..store_logic import StoreLogic
 from .group_rows import GroupRows
 from .migrations import migrate_1_to_2
 from .note_rows import NoteRows
@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 MEMO_ROWS = 100_000  # remembered reads kept between two writes; past it they are all read again
 
 
-class Store(NoteRows, GroupRows, SealedTemplates, Derived):
+class Store(NoteRows, GroupRows, SealedTemplates, StoreLogic):
     """Typed access to the SQLite file; every public method is atomic and thread-safe.
 
     key: the 32-byte key that seals templates (default: `settings`' BIOMEM_KEY or key file, see
@@ -133,20 +133,6 @@ class Store(NoteRows, GroupRows, SealedTemplates, Derived):
                 self.db.execute("VACUUM")  # no plaintext template left in free pages
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
-    def rekey(self, key: bytes) -> None:
-        """Re-seal every template (and the check value) under `key`, in one transaction."""
-        new = Sealer(key)
-        with self.transaction() as db:
-            rows = db.execute("SELECT id, identity_id, modality, embedding FROM templates").fetchall()
-            for template_id, owner, modality, blob in rows:
-                context = self._context(owner, modality)
-                db.execute("UPDATE templates SET embedding = ? WHERE id = ?",
-                           [new.seal(self.sealer.open(blob, context), context), template_id])
-            db.execute("UPDATE meta SET value = ? WHERE key = 'key_check'", [new.check_value(b"key-check").hex()])
-            self._bump_templates(db)
-        self.sealer = new
-        self.checkpoint()
-
     def _check_is_ours(self) -> None:
         tables = set(self.db.table_names())
         if tables and "meta" not in tables:
@@ -227,43 +213,34 @@ class Store(NoteRows, GroupRows, SealedTemplates, Derived):
                 self._memo[key] = read()
             return self._memo[key]
 
-    # meta and thresholds
-    def get_meta(self, key: str, default: str | None = None) -> str | None:
-        row = self.memo(("meta", key), lambda: self.db.execute("SELECT value FROM meta WHERE key = ?",
-                                                                [key]).fetchone())
-        return row[0] if row else default
+    # the hooks of the shared logic (biomem.stores.dialect)
+    MARK = "?"
 
-    def set_meta(self, key: str, value: str) -> None:
-        with self.transaction() as db:
-            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
-
-    def threshold(self, modality: str, *, step_up: bool = False) -> tuple[float, str] | None:
-        """(τ, provenance) stored for `modality` (the step-up τ with `step_up`), else None."""
-        columns = "tau_strict, strict_source" if step_up else "tau, source"
-        row = self.memo(("thresholds", columns, modality), lambda: self.db.execute(
-            f"SELECT {columns} FROM thresholds WHERE modality = ?", [modality]).fetchone())
-        return (float(row[0]), row[1]) if row and row[0] is not None else None
-
-    def margin(self, modality: str) -> tuple[float, str] | None:
-        """(δ, provenance) of the gate's ambiguity margin stored for `modality`, else None."""
-        row = self.memo(("thresholds", "delta", modality), lambda: self.db.execute(
-            "SELECT delta, delta_source FROM thresholds WHERE modality = ?", [modality]).fetchone())
-        return (float(row[0]), row[1]) if row and row[0] is not None else None
-
-    def calibrated(self) -> list[str]:
-        """Modalities with a stored τ (calibrated or set by hand)."""
+    @contextmanager
+    def _reading(self, owners: Iterable[int] | None = None) -> Iterator[sqlite_utils.Database]:
+        """The connection, behind the lock (`owners` is PostgreSQL's: SQLite has no row-level security)."""
         with self.lock:
-            return [r[0] for r in self.db.execute("SELECT modality FROM thresholds ORDER BY 1")]
+            yield self.db
 
-    def set_threshold(self, modality: str, tau: float, source: str, *, step_up: bool = False,
-                      column: str | None = None) -> None:
-        """Store τ (the step-up τ with `step_up`; `column="delta"`: the ambiguity margin) and its provenance."""
-        value, provenance = THRESHOLD_COLUMNS[column or ("tau_strict" if step_up else "tau")]
-        with self.transaction() as db:
-            db.execute(f"INSERT INTO thresholds (modality, {value}, {provenance}, updated) "
-                       f"VALUES (?, ?, ?, ?) ON CONFLICT(modality) DO UPDATE SET {value} = excluded."
-                       f"{value}, {provenance} = excluded.{provenance}, updated = excluded.updated",
-                       [modality, float(tau), source, now_iso()])
+    def _writing(self, owners: Iterable[int] | None = None) -> AbstractContextManager[sqlite_utils.Database]:
+        """One write transaction (`owners` is PostgreSQL's)."""
+        return self.transaction()
+
+    @staticmethod
+    def _among(column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        return f"{column} IN ({', '.join('?' * len(values))})", list(values)
+
+    @staticmethod
+    def _inserted_id(db: sqlite_utils.Database, sql: str, args: list[Any]) -> int:
+        return db.execute(sql, args).lastrowid
+
+    @staticmethod
+    def _execute_many(db: sqlite_utils.Database, sql: str, rows: list[tuple]) -> None:
+        db.conn.executemany(sql, rows)
+
+    @staticmethod
+    def _admit_erasure(db: sqlite_utils.Database, identity_id: int) -> None:
+        """Nothing to admit: SQLite has no row-level security."""
 
     # identities and templates
     def add_identity(self, label: str, modality: str, templates: np.ndarray, *,
@@ -279,37 +256,10 @@ class Store(NoteRows, GroupRows, SealedTemplates, Derived):
             self.add_templates(identity_id, modality, templates)
         return Identity(identity_id, label, sample)
 
-    def add_templates(self, identity_id: int, modality: str, templates: np.ndarray) -> None:
-        with self.transaction() as db:
-            self.person(identity_id)  # a group is never enrolled, so never matched
-            db.conn.executemany(
-                "INSERT INTO templates (identity_id, modality, embedding, created) VALUES (?, ?, ?, ?)",
-                [(identity_id, modality, self._seal_row(t, identity_id, modality), now_iso())
-                 for t in templates])
-            self._bump_templates(db)
-
     @staticmethod
     def _bump_templates(db: sqlite_utils.Database) -> None:
         db.execute("INSERT INTO meta VALUES ('templates_version', '1') ON CONFLICT(key) "
                    "DO UPDATE SET value = CAST(value AS INTEGER) + 1")
-
-    def templates_version(self) -> str:
-        return self.get_meta("templates_version", "0")
-
-    def identity(self, identity_id: int) -> Identity:
-        """The owner `identity_id`, a person or a group; UnknownIdentityError when there is none."""
-        identity_id = check_id(identity_id, "identity")
-        row = self.memo(("identity", identity_id), lambda: self.db.execute(
-            "SELECT id, label, sample, kind FROM identities WHERE id = ?", [identity_id]).fetchone())
-        if row is None:
-            raise UnknownIdentityError(f"no identity with id {identity_id}")
-        return Identity(row[0], row[1], bool(row[2]), row[3])
-
-    def identities(self) -> list[Identity]:
-        """Every enrolled person (groups are not people: all_groups lists them)."""
-        with self.lock:
-            return [Identity(i, label, bool(sample)) for i, label, sample in
-                    self.db.execute("SELECT id, label, sample FROM identities WHERE kind = 'person' ORDER BY id")]
 
     def templates(self, modality: str) -> tuple[np.ndarray, np.ndarray]:
         """(identity ids, opened template matrix) of every template of `modality`, grouped by identity."""
@@ -325,44 +275,11 @@ class Store(NoteRows, GroupRows, SealedTemplates, Derived):
             return [r[0] for r in self.db.execute(
                 f"SELECT DISTINCT modality FROM templates {where} ORDER BY 1", args)]
 
-    def delete_identity(self, identity_id: int) -> list[int]:
-        """Delete a person or a group and, by cascade, their templates, notes, links and history (secure_delete
-        zeroes the main file's pages; checkpoint() then empties the WAL). A person's notes in groups go too,
-        with their history, and a group they leave empty goes with its notes. Returns the other owners whose
-        notes changed or went (their search indexes must be dropped)."""
-        with self.transaction() as db:
-            self.identity(identity_id)
-            touched, member_of = erase_from_groups(db.execute, int(identity_id), "?")
-            db.execute("DELETE FROM identities WHERE id = ?", [int(identity_id)])
-            for group in touched:
-                db.execute("UPDATE identities SET generation = generation + 1 WHERE id = ?", [group])
-            for group in member_of:  # (each in touched already) no one is left alone with a note kept from them
-                erase_unreadable(db.execute, group, "?")
-            emptied = emptied_groups(db.execute, member_of, "?")
-            for group in emptied:
-                db.execute("DELETE FROM identities WHERE id = ?", [group])
-            self._bump_templates(db)
-        return sorted(set(touched) | set(emptied))
-
     # service API keys (biomem.engine.keys): digests only
     def add_api_key(self, name: str, role: str, digest: str, prefix: str) -> int:
         with self.transaction() as db:
             return db.execute("INSERT INTO api_keys (name, role, digest, prefix, created) VALUES (?, ?, ?, ?, ?)",
                               [name, role, digest, prefix, now_iso()]).lastrowid
-
-    # attempt limits (biomem.identity.limits.AttemptLimiter)
-    def attempt_wait(self, clients: list[str], now: float) -> float:
-        """Seconds the longest cool-down of these client digests still lasts at `now` (0 if none)."""
-        marks = ", ".join("?" * len(clients))
-        (end,) = self.memo(("cooldowns", *clients), lambda: self.db.execute(
-            f"SELECT max(ends) FROM cooldowns WHERE client IN ({marks})", clients).fetchone())
-        return max(0.0, (end or 0.0) - now)
-
-    def attempt_miss(self, clients: list[str], now: float, limits: AttemptLimits,
-                     misses: int = 1) -> list[tuple[str, float]]:
-        """`misses` misses for each client digest; (client, end) of those they sent into a cool-down."""
-        with self.transaction() as db:
-            return record_misses(db.execute, clients, now, limits, misses)
 
     def api_key(self, digest: str) -> tuple[int, str, str] | None:
         """(id, name, role) of the unrevoked key with this digest, else None."""
