@@ -2,9 +2,7 @@
 two enrolled people, a clock the test moves, the stores of both backends, and Debian's Chromium."""
 
 import os
-import re
 import tempfile
-import uuid
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read by huggingface_hub at import: set first
@@ -22,6 +20,8 @@ from biomem import BioMemory, Probe  # noqa: E402
 from biomem.identity.samples import augment, calibration_faces, face_crops  # noqa: E402
 from biomem.notes.textenc import TextEncoder  # noqa: E402
 
+from .shared import ANA, BEN, create_database, drop_database  # noqa: E402
+
 
 @pytest.fixture(scope="session")
 def text_encoder() -> TextEncoder:
@@ -29,7 +29,6 @@ def text_encoder() -> TextEncoder:
 
 
 FACE = "face-arcface-s"  # the default face encoder of a new store
-ALICE, BOB, STRANGER = 0, 1, 2  # people of face_crops(); the stranger is never enrolled by `family`
 NEWCOMERS = len(face_crops())  # calibration_faces() from here on: people who are none of the demo's sample people
 
 
@@ -116,21 +115,6 @@ def postgres_server(tmp_path_factory):
     server.cleanup()
 
 
-def create_database(server, name: str) -> str:
-    """A fresh, empty database on the test server; its URL."""
-    import psycopg
-    database = f"t_{os.getpid()}_{re.sub(r'[^a-z0-9]', '_', name.lower())}_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {database}")
-    return server.get_uri(database)
-
-
-def drop_database(server, url: str) -> None:
-    import psycopg
-    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {psycopg.conninfo.conninfo_to_dict(url)['dbname']} WITH (FORCE)")
-
-
 @pytest.fixture
 def postgres_database(request):
     """postgres_database(name): the URL of a fresh, empty database on the test server, dropped afterwards."""
@@ -183,15 +167,15 @@ def make_memory(database, text_encoder, face_encoder):
 
 @pytest.fixture
 def family(make_memory, capture):
-    """Alice and Bob enrolled from two real captures each, with look-alike notes (two each)."""
+    """Ana and Ben enrolled from two real captures each, with look-alike notes (two each)."""
     mem = make_memory()
-    alice = mem.enroll("alice", [capture(ALICE, 0), capture(ALICE, 1)])
-    bob = mem.enroll("bob", [capture(BOB, 0), capture(BOB, 1)])
-    mem.add("My PIN is 1234", identity=alice.id, timestamp="1:56 pm on 8 May, 2023")
-    mem.add("I adopted a beagle puppy called Rex", identity=alice.id, timestamp="2023-05-09T10:00:00")
-    mem.add("My PIN is 9876", identity=bob.id, timestamp="3:10 pm on 9 May, 2023")
-    mem.add("I am training for the Berlin marathon", identity=bob.id, timestamp="2023-05-10T08:00:00")
-    return mem, alice, bob
+    ana = mem.enroll("ana", [capture(ANA, 0), capture(ANA, 1)])
+    ben = mem.enroll("ben", [capture(BEN, 0), capture(BEN, 1)])
+    mem.add("My PIN is 1234", identity=ana.id, timestamp="1:56 pm on 8 May, 2023")
+    mem.add("I adopted a beagle puppy called Rex", identity=ana.id, timestamp="2023-05-09T10:00:00")
+    mem.add("My PIN is 9876", identity=ben.id, timestamp="3:10 pm on 9 May, 2023")
+    mem.add("I am training for the Berlin marathon", identity=ben.id, timestamp="2023-05-10T08:00:00")
+    return mem, ana, ben
 
 
 class Clock:

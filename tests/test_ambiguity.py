@@ -4,7 +4,7 @@ Unit tests of the rule on synthetic scores and fused margins; then real faces: b
 morphs of two enrolled people at α 0.3-0.7 are never admitted as either where both clear τ, while real
 captures of each still are; then the engine, REST and page paths, which name nobody.
 
-The morph table and the capture rates of the docs (docs/gate.md) are printed by
+The morph table and the capture rates of the docs (docs/gate-lookalikes.md) are printed by
 `HF_HUB_OFFLINE=1 python -m pytest -q -s -p no:cacheprovider tests/test_ambiguity.py -k "morph or real_captures"`.
 """
 
@@ -29,17 +29,15 @@ from biomem.identity import disclosure
 from biomem.identity.calibrate import calibrate_folder, save
 from biomem.identity.gate import DEFAULT_MARGINS, GateResult, _admit, fuse
 from biomem.identity.samples import write_face_set
-from biomem.server import create_app, served
-from biomem.settings import Settings
 from biomem.ui import Controller, render
 from biomem.ui.messages import friendly
 from modalities.arcface import _bgr, detector_input
 
-from .shared import png
+from .shared import ANA, BEN, DAN, EVE, FINN, STRANGER, png, rest_service
 
 ALPHAS = (0.3, 0.4, 0.5, 0.6, 0.7)
-ENROLLED = (0, 1, 3, 4, 5, 6)  # people of face_crops() the real-face tests enrol; 2 stays a stranger
-LOOK_ALIKES = (1, 5)  # the closest pair of them (photo cosine 0.19): their morphs clear τ for both
+ENROLLED = (ANA, BEN, DAN, EVE, FINN, STRANGER)  # the people the real-face tests enrol; Chloe stays a stranger
+LOOK_ALIKES = (BEN, FINN)  # the closest pair of them (photo cosine 0.19): their morphs clear τ for both
 CAPTURES = 10  # fresh captures per enrolled person scored for the admission rate
 
 
@@ -290,8 +288,7 @@ def test_my_households_says_the_gate_could_not_tell_and_names_nobody(look_alikes
 def test_rest_says_the_gate_could_not_tell_and_names_nobody(look_alikes):
     mem, _, _, morph = look_alikes
     key = create_key(mem.store, "agent", "agent")[0]
-    settings = Settings.from_env().model_copy(update={"host": "127.0.0.1"})
-    with served(create_app(mem, settings)) as url, httpx.Client(base_url=url, timeout=60) as http:
+    with rest_service(mem) as (_, http):
         def call(path: str, **data) -> httpx.Response:
             return http.post(f"/v1{path}", headers={"Authorization": f"Bearer {key}"},
                              files={"probe": ("probe.png", png(morph), "image/png")}, data=data)

@@ -27,8 +27,8 @@ from biomem.ui import render
 from biomem.ui.controller import Controller
 
 from .conftest import BOTH_STORES
+from .shared import ANA, CHLOE
 
-ANA, CARA = 0, 2
 WORDS = "The quick brown fox jumps over the lazy dog near the river bank today. "
 LIARS = ["\u202eevil", "pay\u200bpal", "\u2066isolate\u2069", "\ufeffbom", "a\u200db", "bell\x07", "line\u2028sep",
          "\u200f\u202bembedded\u202c", "\u200enot\u200c"]
@@ -216,7 +216,7 @@ def test_a_label_refuses_control_and_invisible_format_characters(owner, face_pro
     mem, _ = owner
     before = mem.store.counts()
     with pytest.raises(InvalidInputError) as refused:
-        mem.enroll(label, [face_probe(CARA, 0)])
+        mem.enroll(label, [face_probe(CHLOE, 0)])
     assert "U+" in str(refused.value) and "invisible" in str(refused.value)
     assert mem.store.counts() == before
 
@@ -224,5 +224,5 @@ def test_a_label_refuses_control_and_invisible_format_characters(owner, face_pro
 def test_a_label_has_a_maximum_length_and_real_names_of_any_script_pass(owner, face_probe):
     mem, _ = owner
     with pytest.raises(InvalidInputError, match=f"at most {MAX_LABEL_CHARS} characters"):
-        mem.enroll("x" * (MAX_LABEL_CHARS + 1), [face_probe(CARA, 0)])
-    assert mem.enroll("  שרה בת-אל  ", [face_probe(CARA, 0)]).label == "שרה בת-אל"
+        mem.enroll("x" * (MAX_LABEL_CHARS + 1), [face_probe(CHLOE, 0)])
+    assert mem.enroll("  שרה בת-אל  ", [face_probe(CHLOE, 0)]).label == "שרה בת-אל"

@@ -29,7 +29,7 @@ from biomem.errors import (
 from biomem.identity.samples import group_photo_path
 from biomem.server import create_app, served
 
-ANA, BEN, STRANGER = 0, 1, 6
+from .shared import ANA, BEN, STRANGER
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,9 @@ A-Mem's evolve prompt shows the LLM the neighbours' content, context and tags wh
 later note can take the words of a deleted one from a neighbour's evolved context (into its own tags, or into the
 other neighbours it evolves), and a note after it from that one. The model here is a real OpenAI-compatible server
 answering A-Mem's prompts as they ask: analysis from the content alone, evolution that strengthens the new note
-with the salient words of its neighbours and writes them into the neighbours' contexts.
+with the salient words of its neighbours and writes them into the neighbours' contexts. After a delete no byte of
+the words is left in any file of a SQLite store, nor in the database's files of a PostgreSQL store once VACUUM FULL
+has run (its WAL is not looked at).
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ import pytest
 
 from biomem.notes.llm import OfflineLLM, OpenAIChat
 
-from .conftest import ALICE, BOTH_STORES
+from .conftest import BOTH_STORES
 from .llm_fakes import ScriptedChatServer
-from .test_groups import files_holding
+from .shared import ANA, files_holding, vacuumed_database_files_holding
 from .test_purge import assert_vectors_embed_notes
 
 SECRET = "The garden shed padlock code is ZEBRAPASS991"
@@ -78,7 +80,7 @@ def everything(mem, owner: int, note_ids: list[int]) -> str:
 def test_no_note_keeps_words_that_came_from_a_removed_one_through_later_analyses(make_memory, face_probe, chat,
                                                                                 backend, tmp_path, how):
     mem = make_memory("chain.db", llm=chat, hnsw_threshold=3)
-    ana = mem.enroll("ana", [face_probe(ALICE, 0), face_probe(ALICE, 1)]).id
+    ana = mem.enroll("ana", [face_probe(ANA, 0), face_probe(ANA, 1)]).id
     texts = ["I keep my bicycle in the garden shed near the Oakwood fence",
              "The garden shed door squeaks in the rain",
              SECRET,
@@ -91,18 +93,20 @@ def test_no_note_keeps_words_that_came_from_a_removed_one_through_later_analyses
     assert WORD in " ".join(mem.store.get_note(ana, roof).tags)  # a later note took the secret's words
     assert WORD in " ".join(mem.store.get_note(ana, store).tags)  # and the note after it from that one
     if backend == "sqlite":
-        assert mem.search("garden shed", probe=face_probe(ALICE, 2)).notes  # builds the hnsw index
+        assert mem.search("garden shed", probe=face_probe(ANA, 2)).notes  # builds the hnsw index
         mem.partitions.flush()
         assert files_holding(tmp_path, {"secret": WORD.encode()})
+    else:
+        assert vacuumed_database_files_holding(mem, {"secret": WORD.encode()})
 
     if how == "delete":
-        mem.delete(secret, probe=face_probe(ALICE, 3))
+        mem.delete(secret, probe=face_probe(ANA, 3))
     else:
-        mem.update(secret, "The garden shed padlock was replaced", probe=face_probe(ALICE, 3))
+        mem.update(secret, "The garden shed padlock was replaced", probe=face_probe(ANA, 3))
 
     kept = [i for i in ids if i != secret]
     assert WORD not in everything(mem, ana, kept)
-    assert WORD not in json.dumps([n.as_dict() for n in mem.get_all(probe=face_probe(ALICE, 3))])
+    assert WORD not in json.dumps([n.as_dict() for n in mem.get_all(probe=face_probe(ANA, 3))])
     assert_vectors_embed_notes(mem, ana)
     assert "Oakwood" in " ".join(mem.store.get_note(ana, squeak).tags)  # what no removed text fed stays
     for note in (roof, store):  # the notes that read it are themselves again, as their own analysis made them
@@ -112,7 +116,9 @@ def test_no_note_keeps_words_that_came_from_a_removed_one_through_later_analyses
     if how == "update":
         assert WORD in json.dumps(mem.store.history(ana, secret))  # its own history keeps its old text until deleted
     if backend == "sqlite" and how == "delete":
-        mem.search("garden shed", probe=face_probe(ALICE, 2))
+        mem.search("garden shed", probe=face_probe(ANA, 2))
         mem.partitions.flush()
         mem.close()
         assert files_holding(tmp_path, {"secret": WORD.encode()}) == {}
+    elif how == "delete":
+        assert vacuumed_database_files_holding(mem, {"secret": WORD.encode()}) == {}

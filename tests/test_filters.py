@@ -28,8 +28,8 @@ from biomem.stores.filters import (
     parse_filters,
 )
 
-from .conftest import create_database, drop_database
 from .filter_reference import matches
+from .shared import create_database, drop_database
 
 SEED = 20240611
 PEOPLE = (1, 2, 3, 4)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-import httpx
 import numpy as np
 import pytest
 from scipy.stats import norm
@@ -16,11 +15,12 @@ from biomem.errors import EnrolmentLimitError, InvalidInputError
 from biomem.identity.calibrate import calibrate_scores, save
 from biomem.identity.enrolment import calibrated_fmr, fpir, max_enrolled, rule_of_three
 from biomem.identity.gate import Probe
-from biomem.server import create_app, served
 from biomem.server.errors import status_of
 from biomem.settings import Settings
 from biomem.ui import Controller, render
 from biomem.ui.layout import build_app
+
+from .shared import rest_service
 
 SYNTH = "synthetic-64"  # precomputed probes: random unit vectors are near-orthogonal people
 
@@ -164,8 +164,7 @@ def test_stats_and_admin_health_show_what_tau_guards(make_memory):
     assert mem.stats()["identification"][SYNTH] == expected
     admin = create_key(mem.store, "admin", "admin")[0]
     agent = create_key(mem.store, "agent", "agent")[0]
-    app = create_app(mem, Settings.from_env().model_copy(update={"host": "127.0.0.1"}), ui=False, mcp=False)
-    with served(app) as url, httpx.Client(base_url=url, timeout=60) as http:
+    with rest_service(mem, ui=False, mcp=False) as (_, http):
         shown = http.get("/v1/health", headers={"Authorization": f"Bearer {admin}"}).json()
         assert shown["store"]["identification"][SYNTH] == expected
         assert "store" not in http.get("/v1/health", headers={"Authorization": f"Bearer {agent}"}).json()

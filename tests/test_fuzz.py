@@ -35,13 +35,10 @@ from biomem import BioMemory, Probe
 from biomem.engine.demo import build_demo, demo_capture
 from biomem.engine.keys import create_key
 from biomem.errors import UnknownIdentityError
-from biomem.server import create_app, served
-from biomem.settings import Settings
 from biomem.stores.base import TABLES
 
-from .test_server import Tracebacks
+from .shared import ANA, Tracebacks, rest_service
 
-ANA = 0  # a demo person, enrolled
 SESSION = "X-Biomem-Session"
 settings.register_profile(
     "fuzz", max_examples=40, derandomize=True, database=None, deadline=None, print_blob=False,
@@ -75,8 +72,7 @@ def target(tmp_path_factory, text_encoder, face_encoder) -> Iterator[SimpleNames
     keys = {role: create_key(mem.store, role, role) for role in ("agent", "admin")}
     handler = Tracebacks()
     loggers = [logging.getLogger(), logging.getLogger("uvicorn")]
-    app = create_app(mem, Settings.from_env().model_copy(update={"host": "127.0.0.1"}), ui=False)
-    with served(app) as url, httpx.Client(base_url=url, timeout=120) as http:
+    with rest_service(mem, ui=False, timeout=120) as (_, http):
         for logger in loggers:
             logger.addHandler(handler)
         try:

@@ -13,7 +13,6 @@ import json
 import random
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -33,13 +32,25 @@ from biomem.notes.timeparse import parse_timestamp
 from biomem.stores.filters import parse_filters
 from biomem.stores.records import Group, Identity, Note
 
-from .conftest import ALICE, BOB, BOTH_STORES, FACE, STRANGER
+from .conftest import BOTH_STORES, FACE
 from .filter_reference import matches
+from .shared import (
+    ANA,
+    BEN,
+    CHLOE,
+    DAN,
+    EVE,
+    FINN,
+    STRANGER,
+    files_holding,
+    left_on_disk,
+    note_blobs,
+    vacuumed_database_files_holding,
+    written,
+)
 
-ANA, BEN, CHLOE, DAN = ALICE, BOB, 3, 4  # people of face_crops(); STRANGER (2) is never enrolled
-FRIEND, LATER = 5, 6  # people of face_crops() whom some tests bring into the household
 WIFI = "The wifi password is tulip-meadow-42"
-PARTY = "Chloe's surprise party is on Saturday at the boathouse"
+PARTY = "Dan's surprise party is on Saturday at the boathouse"
 QUERY = "what is the wifi password"
 
 
@@ -48,41 +59,41 @@ QUERY = "what is the wifi password"
 
 @dataclass
 class Home:
-    """Ana, Ben and Chloe share the household "Home"; Dan (never a member) has a "Home" of his own."""
+    """Ana, Ben and Dan share the household "Home"; Eve (never a member) has a "Home" of her own."""
 
     mem: BioMemory
     ana: Identity
     ben: Identity
-    chloe: Identity
     dan: Identity
+    eve: Identity
     group: Group
     wifi: Note  # written by Ana for everyone at home
-    party: Note  # written by Ben, hidden from Chloe
-    dan_group: Group
-    dan_wifi: Note
+    party: Note  # written by Ben, hidden from Dan
+    eve_group: Group
+    eve_wifi: Note
 
 
 def build_home(mem: BioMemory, face_probe) -> Home:
-    """The household through the requester's calls: Ana founds it, Ben and Chloe join in person."""
-    ana, ben, chloe, dan = (mem.enroll(name, [face_probe(p, 0), face_probe(p, 1)])
-                            for name, p in (("Ana", ANA), ("Ben", BEN), ("Chloe", CHLOE), ("Dan", DAN)))
+    """The household through the requester's calls: Ana founds it, Ben and Dan join in person."""
+    ana, ben, dan, eve = (mem.enroll(name, [face_probe(p, 0), face_probe(p, 1)])
+                            for name, p in (("Ana", ANA), ("Ben", BEN), ("Dan", DAN), ("Eve", EVE)))
     group = mem.create_group("Home", probe=face_probe(ANA, 2))
     assert group.members == [ana.id] and group.member_labels == ["Ana"]
     group = mem.add_member(group.id, probe=face_probe(ANA, 3), member_probe=face_probe(BEN, 2))
     assert group.members == [ana.id, ben.id]  # Ben joined with both probes (step-up)
-    group = mem.add_member(group.id, probe=face_probe(BEN, 3), member_probe=face_probe(CHLOE, 2))
-    assert group.members == [ana.id, ben.id, chloe.id] and group.member_labels == ["Ana", "Ben", "Chloe"]
+    group = mem.add_member(group.id, probe=face_probe(BEN, 3), member_probe=face_probe(DAN, 2))
+    assert group.members == [ana.id, ben.id, dan.id] and group.member_labels == ["Ana", "Ben", "Dan"]
     mem.add("My PIN is 1234", identity=ana.id, timestamp="2024-03-01T09:00:00")
     mem.add("I keep my bike in the shed", identity=ben.id, timestamp="2024-03-01T10:00:00")
-    mem.add("My favourite colour is teal", identity=chloe.id, timestamp="2024-03-01T11:00:00")
-    mem.add("I am learning to play the cello", identity=dan.id, timestamp="2024-03-01T12:00:00")
+    mem.add("My favourite colour is teal", identity=dan.id, timestamp="2024-03-01T11:00:00")
+    mem.add("I am learning to play the cello", identity=eve.id, timestamp="2024-03-01T12:00:00")
     wifi = mem.add(WIFI, probe=face_probe(ANA, 2), scope=group.id, timestamp="2024-03-02T09:00:00")
-    party = mem.add(PARTY, probe=face_probe(BEN, 2), scope=group.id, hidden_from=[chloe.id],
+    party = mem.add(PARTY, probe=face_probe(BEN, 2), scope=group.id, hidden_from=[dan.id],
                     timestamp="2024-03-02T10:00:00")
-    dan_group = mem.create_group("Home", identity=dan.id)  # another family's household of the same name
-    dan_wifi = mem.add("The wifi password is cobalt-harbour-99", identity=dan.id, scope=dan_group.id,
+    eve_group = mem.create_group("Home", identity=eve.id)  # another family's household of the same name
+    eve_wifi = mem.add("The wifi password is cobalt-harbour-99", identity=eve.id, scope=eve_group.id,
                        timestamp="2024-03-02T11:00:00")
-    return Home(mem, ana, ben, chloe, dan, group, wifi, party, dan_group, dan_wifi)
+    return Home(mem, ana, ben, dan, eve, group, wifi, party, eve_group, eve_wifi)
 
 
 @pytest.fixture
@@ -93,12 +104,6 @@ def home(make_memory, face_probe) -> Home:
 def found(result) -> list[Note]:
     """The notes of a search result, hits then linked notes."""
     return [n for n, _ in result.notes] + [n for n, _ in result.linked]
-
-
-def written(mem: BioMemory) -> tuple:
-    """What a refused call must leave as it was."""
-    return (mem.store.counts(), mem.store.note_total(), mem.store.templates_version(),
-            [g.as_dict() for g in mem.store.all_groups()])
 
 
 def same_refusal(first: BaseException, second: BaseException, first_id: int, second_id: int) -> bool:
@@ -115,7 +120,7 @@ def test_a_shared_note_reaches_every_member_and_nothing_of_the_group_reaches_any
     mem, group = home.mem, home.group
     assert home.wifi.scope == group.id and home.wifi.author == home.ana.id and home.wifi.owner == group.id
     assert home.wifi.as_dict()["scope"] == group.id and home.wifi.as_dict()["author"] == home.ana.id
-    for person, member in ((ANA, home.ana), (BEN, home.ben), (CHLOE, home.chloe)):
+    for person, member in ((ANA, home.ana), (BEN, home.ben), (DAN, home.dan)):
         result = mem.search(QUERY, probe=face_probe(person, 4), k=3)
         assert result.gate.identity == member.id
         assert result.notes[0][0].content == WIFI and result.notes[0][0].scope == group.id
@@ -126,31 +131,31 @@ def test_a_shared_note_reaches_every_member_and_nothing_of_the_group_reaches_any
     assert [n.content for n in ben_sees] == ["I keep my bike in the shed", WIFI, PARTY]
     assert [n.scope for n in ben_sees] == [None, group.id, group.id]
 
-    # Dan, never a member, asks the very same question: his own household's answer, never Ana's
+    # Eve, never a member, asks the very same question: her own household's answer, never Ana's
     before = written(mem)
-    dan = face_probe(DAN, 4)
+    eve = face_probe(EVE, 4)
     for k in (1, 5, 50):
-        result = mem.search(QUERY, probe=dan, k=k)
-        assert result.gate.identity == home.dan.id
-        assert {n.owner for n in found(result)} <= {home.dan.id, home.dan_group.id}
+        result = mem.search(QUERY, probe=eve, k=k)
+        assert result.gate.identity == home.eve.id
+        assert {n.owner for n in found(result)} <= {home.eve.id, home.eve_group.id}
         assert "tulip" not in json.dumps(result.as_dict())
-    assert mem.search(QUERY, probe=dan, k=1).notes[0][0].id == home.dan_wifi.id
-    assert mem.search(home.wifi.content, probe=dan, k=50, filters={"scope": group.id}).notes == []
-    assert mem.get_all(probe=dan, filters={"scope": group.id}) == []
-    assert {n.owner for n in mem.get_all(probe=dan)} == {home.dan.id, home.dan_group.id}
-    assert [g.id for g in mem.groups(probe=dan)] == [home.dan_group.id]
+    assert mem.search(QUERY, probe=eve, k=1).notes[0][0].id == home.eve_wifi.id
+    assert mem.search(home.wifi.content, probe=eve, k=50, filters={"scope": group.id}).notes == []
+    assert mem.get_all(probe=eve, filters={"scope": group.id}) == []
+    assert {n.owner for n in mem.get_all(probe=eve)} == {home.eve.id, home.eve_group.id}
+    assert [g.id for g in mem.groups(probe=eve)] == [home.eve_group.id]
     with pytest.raises(NoteNotFoundError):
-        mem.get(home.wifi.id, probe=dan)
+        mem.get(home.wifi.id, probe=eve)
     with pytest.raises(NoteNotFoundError):
-        mem.history(home.wifi.id, probe=dan)
+        mem.history(home.wifi.id, probe=eve)
 
     # naming the group: the same refusal as for a group that never existed
     never = group.id + 1000
     calls = {
-        "add": lambda g: mem.add("The code of the front door is 5555", probe=dan, scope=g),
-        "invite": lambda g: mem.add_member(g, probe=dan, member_probe=face_probe(STRANGER, 1)),
-        "remove": lambda g: mem.remove_member(g, home.ana.id, probe=dan),
-        "delete": lambda g: mem.delete_group(g, probe=dan),
+        "add": lambda g: mem.add("The code of the front door is 5555", probe=eve, scope=g),
+        "invite": lambda g: mem.add_member(g, probe=eve, member_probe=face_probe(CHLOE, 1)),
+        "remove": lambda g: mem.remove_member(g, home.ana.id, probe=eve),
+        "delete": lambda g: mem.delete_group(g, probe=eve),
     }
     for name, call in calls.items():
         with pytest.raises(GroupNotFoundError) as real:
@@ -161,7 +166,7 @@ def test_a_shared_note_reaches_every_member_and_nothing_of_the_group_reaches_any
     assert written(mem) == before
 
     # a stranger: nothing at all
-    stranger = face_probe(STRANGER, 3)
+    stranger = face_probe(CHLOE, 3)
     result = mem.search(QUERY, probe=stranger, k=50)
     assert result.gate.identity is None and result.notes == [] and result.linked == []
     with pytest.raises(UnknownIdentityError):
@@ -177,18 +182,18 @@ def test_a_shared_note_reaches_every_member_and_nothing_of_the_group_reaches_any
     assert written(mem) == before
 
 
-# ---- 2. hidden_from: everyone but Chloe ------------------------------------------------------------------------
+# ---- 2. hidden_from: everyone but Dan ------------------------------------------------------------------------
 
 
 @BOTH_STORES
 def test_a_note_hidden_from_a_member_never_reaches_her_by_any_path(home, face_probe):
     mem, group, party = home.mem, home.group, home.party
-    assert party.hidden_from == [home.chloe.id] and party.author == home.ben.id
+    assert party.hidden_from == [home.dan.id] and party.author == home.ben.id
     balloons = mem.add("Buy balloons and a cake for Saturday", probe=face_probe(ANA, 2), scope=group.id,
                        timestamp="2024-03-03T09:00:00")
     mem.store.add_links(group.id, balloons.id, [party.id])  # a link evolution would never make: forged
     for person in (ANA, BEN):
-        result = mem.search("When is Chloe's surprise party?", probe=face_probe(person, 4), k=2)
+        result = mem.search("When is Dan's surprise party?", probe=face_probe(person, 4), k=2)
         assert result.notes[0][0].id == party.id
         assert mem.get(party.id, probe=face_probe(person, 4)).content == PARTY
         assert party.id in [n.id for n in mem.get_all(probe=face_probe(person, 4))]
@@ -196,13 +201,13 @@ def test_a_note_hidden_from_a_member_never_reaches_her_by_any_path(home, face_pr
         assert [n.id for n, _ in expanded.notes] == [balloons.id]
         assert party.id in [n.id for n, _ in expanded.linked]  # the forged link works for them
 
-    chloe = face_probe(CHLOE, 4)
+    dan = face_probe(DAN, 4)
     vector = mem.text.encode_one(PARTY)
     never_party = []
     for k in (1, 2, 5, 50):
         for query in (PARTY, "When is my surprise party?", vector):
-            never_party += found(mem.search(query, probe=chloe, k=k, links=5))
-    expanded = mem.search("balloons and cake", probe=chloe, k=1, links=5)
+            never_party += found(mem.search(query, probe=dan, k=k, links=5))
+    expanded = mem.search("balloons and cake", probe=dan, k=1, links=5)
     assert [n.id for n, _ in expanded.notes] == [balloons.id]
     assert party.id in mem.store.get_note(group.id, balloons.id).links  # the link is there, not followed
     never_party += found(expanded)
@@ -210,71 +215,71 @@ def test_a_note_hidden_from_a_member_never_reaches_her_by_any_path(home, face_pr
                {"OR": [{"scope": group.id}, {"scope": None}]}, {"NOT": {"author": home.ana.id}},
                {"timestamp": {"gte": "2024-03-02T10:00:00", "lt": "2024-03-02T10:00:01"}}]
     for where in filters:
-        never_party += found(mem.search(PARTY, probe=chloe, k=50, links=5, filters=where))
-        never_party += mem.get_all(probe=chloe, filters=where)
-    never_party += mem.get_all(probe=chloe)
-    with mem.session(chloe) as me:
+        never_party += found(mem.search(PARTY, probe=dan, k=50, links=5, filters=where))
+        never_party += mem.get_all(probe=dan, filters=where)
+    never_party += mem.get_all(probe=dan)
+    with mem.session(dan) as me:
         never_party += found(me.search(PARTY, k=50, links=5)) + me.get_all()
         with pytest.raises(NoteNotFoundError):
             me.get(party.id)
         with pytest.raises(NoteNotFoundError):
             me.history(party.id)
     assert never_party and all(n.id != party.id and "boathouse" not in n.content for n in never_party)
-    assert "boathouse" not in mem.ask("When is my surprise party?", probe=chloe).prompt
-    for call in (lambda: mem.get(party.id, probe=chloe), lambda: mem.history(party.id, probe=chloe),
-                 lambda: mem.update(party.id, "Nothing on Saturday", probe=chloe),
-                 lambda: mem.delete(party.id, probe=chloe)):
+    assert "boathouse" not in mem.ask("When is my surprise party?", probe=dan).prompt
+    for call in (lambda: mem.get(party.id, probe=dan), lambda: mem.history(party.id, probe=dan),
+                 lambda: mem.update(party.id, "Nothing on Saturday", probe=dan),
+                 lambda: mem.delete(party.id, probe=dan)):
         with pytest.raises(NoteNotFoundError) as hidden:
             call()
         assert "boathouse" not in str(hidden.value)
     assert mem.get(party.id, probe=face_probe(ANA, 4)).content == PARTY  # nothing changed it
 
-    # Chloe leaves and joins again: the note is still hidden from her
-    mem.remove_member(group.id, home.chloe.id, probe=face_probe(ANA, 3))
-    mem.add_member(group.id, probe=face_probe(ANA, 3), member_probe=face_probe(CHLOE, 2))
-    assert all(n.id != party.id for n in found(mem.search(PARTY, probe=chloe, k=50, links=5)))
-    assert all(n.id != party.id for n in mem.get_all(probe=chloe))
-    assert mem.search(QUERY, probe=chloe, k=1).notes[0][0].id == home.wifi.id
+    # Dan leaves and joins again: the note is still hidden from him
+    mem.remove_member(group.id, home.dan.id, probe=face_probe(ANA, 3))
+    mem.add_member(group.id, probe=face_probe(ANA, 3), member_probe=face_probe(DAN, 2))
+    assert all(n.id != party.id for n in found(mem.search(PARTY, probe=dan, k=50, links=5)))
+    assert all(n.id != party.id for n in mem.get_all(probe=dan))
+    assert mem.search(QUERY, probe=dan, k=1).notes[0][0].id == home.wifi.id
 
-    # a gate that admits Chloe together with others still leaves out what is hidden from her
+    # a gate that admits Dan together with others still leaves out what is hidden from him
     mem.set_threshold(-1.0)
-    together = mem.search(PARTY, probe=chloe, k=20, links=5, policy="all")
-    assert {home.ana.id, home.ben.id, home.chloe.id} <= set(together.gate.admitted)
+    together = mem.search(PARTY, probe=dan, k=20, links=5, policy="all")
+    assert {home.ana.id, home.ben.id, home.dan.id} <= set(together.gate.admitted)
     assert {n.owner for n in found(together)} & {group.id} and all(n.id != party.id for n in found(together))
 
 
 @BOTH_STORES
 def test_a_note_kept_from_someone_reaches_nobody_they_bring_in(home, face_probe):
-    """Chloe cannot have the party note read by a friend (or a second identity of her own) she brings in, nor by
+    """Dan cannot have the party note read by a friend (or a second identity of his own) he brings in, nor by
     anyone else who joins later: a note hidden from someone is read only by the members it was written for."""
     mem, group, party = home.mem, home.group, home.party
-    friend = mem.enroll("Fay", [face_probe(FRIEND, 0), face_probe(FRIEND, 1)])
-    fay = face_probe(FRIEND, 4)
-    mem.add_member(group.id, probe=face_probe(CHLOE, 3), member_probe=face_probe(FRIEND, 2))  # Chloe invites Fay
-    assert mem.store.group(group.id).members == [home.ana.id, home.ben.id, home.chloe.id, friend.id]
-    seen = found(mem.search(PARTY, probe=fay, k=50, links=5)) + mem.get_all(probe=fay)
-    seen += found(mem.search(PARTY, probe=fay, k=50, filters={"scope": group.id}))
-    with mem.session(fay) as me:
+    friend = mem.enroll("Finn", [face_probe(FINN, 0), face_probe(FINN, 1)])
+    finn = face_probe(FINN, 4)
+    mem.add_member(group.id, probe=face_probe(DAN, 3), member_probe=face_probe(FINN, 2))  # Dan invites Finn
+    assert mem.store.group(group.id).members == [home.ana.id, home.ben.id, home.dan.id, friend.id]
+    seen = found(mem.search(PARTY, probe=finn, k=50, links=5)) + mem.get_all(probe=finn)
+    seen += found(mem.search(PARTY, probe=finn, k=50, filters={"scope": group.id}))
+    with mem.session(finn) as me:
         seen += found(me.search(PARTY, k=50, links=5)) + me.get_all()
     assert home.wifi.id in [n.id for n in seen]  # the household's open notes are his to read
     assert all(n.id != party.id and "boathouse" not in n.content for n in seen)
-    assert "boathouse" not in mem.ask("When is Chloe's party?", probe=fay).prompt
-    for call in (lambda: mem.get(party.id, probe=fay), lambda: mem.history(party.id, probe=fay)):
+    assert "boathouse" not in mem.ask("When is Dan's party?", probe=finn).prompt
+    for call in (lambda: mem.get(party.id, probe=finn), lambda: mem.history(party.id, probe=finn)):
         with pytest.raises(NoteNotFoundError):
             call()
 
-    # whoever brings the newcomer in: Ben, who reads the note, invites Eve, who does not
-    eve = mem.enroll("Eve", [face_probe(LATER, 0), face_probe(LATER, 1)])
-    mem.add_member(group.id, probe=face_probe(BEN, 3), member_probe=face_probe(LATER, 2))
-    assert all(n.id != party.id for n in found(mem.search(PARTY, probe=face_probe(LATER, 4), k=50)))
+    # whoever brings the newcomer in: Ben, who reads the note, invites Stranger, who does not
+    latecomer = mem.enroll("Stranger", [face_probe(STRANGER, 0), face_probe(STRANGER, 1)])
+    mem.add_member(group.id, probe=face_probe(BEN, 3), member_probe=face_probe(STRANGER, 2))
+    assert all(n.id != party.id for n in found(mem.search(PARTY, probe=face_probe(STRANGER, 4), k=50)))
     for person in (ANA, BEN):  # those it was written for still read it
         assert mem.get(party.id, probe=face_probe(person, 4)).content == PARTY
     assert sorted(mem.get(party.id, probe=face_probe(ANA, 4)).hidden_from) == \
-        sorted([home.chloe.id, friend.id, eve.id])
+        sorted([home.dan.id, friend.id, latecomer.id])
 
     # a note written for everyone after they came is theirs as well; its author, back after leaving, reads hers
     cake = mem.add("The cake is in the garage freezer", probe=face_probe(BEN, 2), scope=group.id)
-    assert mem.get(cake.id, probe=fay).content == cake.content
+    assert mem.get(cake.id, probe=finn).content == cake.content
     mem.remove_member(group.id, home.ben.id, probe=face_probe(BEN, 3))
     mem.add_member(group.id, probe=face_probe(ANA, 3), member_probe=face_probe(BEN, 2))
     assert mem.get(party.id, probe=face_probe(BEN, 4)).content == PARTY
@@ -282,39 +287,36 @@ def test_a_note_kept_from_someone_reaches_nobody_they_bring_in(home, face_probe)
 
 @BOTH_STORES
 def test_no_member_is_left_alone_with_a_note_kept_from_them(make_memory, face_probe, backend, tmp_path):
-    """Chloe may take every other member out of the household, the party note's author first, but she is never
-    left holding it: once no member left may read a note, it is erased, to the last byte, on removal or forget."""
+    """Dan may take every other member out of the household, the party note's author first, but he is never
+    left holding it: once no member left may read a note, it is erased, to the last byte, on removal or forget (on
+    PostgreSQL: of the database's files once VACUUM FULL has run; its WAL is not looked at)."""
     mem = make_memory("alone.db")
     home = build_home(mem, face_probe)
-    group, party, chloe = home.group, home.party, face_probe(CHLOE, 3)
-    also = mem.add("Chloe's present is a red bicycle from the harbour shop", probe=face_probe(ANA, 2),
-                   scope=group.id, hidden_from=[home.chloe.id])
-    assert mem.remove_member(group.id, home.ben.id, probe=chloe).members == [home.ana.id, home.chloe.id]
+    group, party, dan = home.group, home.party, face_probe(DAN, 3)
+    also = mem.add("Dan's present is a red bicycle from the harbour shop", probe=face_probe(ANA, 2),
+                   scope=group.id, hidden_from=[home.dan.id])
+    assert mem.remove_member(group.id, home.ben.id, probe=dan).members == [home.ana.id, home.dan.id]
     assert mem.get(party.id, probe=face_probe(ANA, 4)).content == PARTY  # Ana still reads what Ben wrote
     total = mem.store.note_total()
-    assert mem.remove_member(group.id, home.ana.id, probe=chloe).members == [home.chloe.id]
+    assert mem.remove_member(group.id, home.ana.id, probe=dan).members == [home.dan.id]
     assert mem.store.note_total() == total - 2  # the party and the present: kept from everyone left
     assert {n.id for n in mem.store.all_notes(group.id)} == {home.wifi.id}
     for note in (party, also):
         with pytest.raises(NoteNotFoundError):  # no history left either
             mem.store.history(group.id, note.id)
-    mem.enroll("Fay", [face_probe(FRIEND, 0), face_probe(FRIEND, 1)])
-    mem.add_member(group.id, probe=chloe, member_probe=face_probe(FRIEND, 2))  # nothing left for a friend to read
-    assert {n.id for n in mem.get_all(probe=face_probe(FRIEND, 4))} == {home.wifi.id}
-    if backend == "sqlite":
-        mem.close()
-        assert files_holding(tmp_path, {"party": b"boathouse", "present": b"red bicycle"}) == {}
+    mem.enroll("Finn", [face_probe(FINN, 0), face_probe(FINN, 1)])
+    mem.add_member(group.id, probe=dan, member_probe=face_probe(FINN, 2))  # nothing left for a friend to read
+    assert {n.id for n in mem.get_all(probe=face_probe(FINN, 4))} == {home.wifi.id}
+    assert left_on_disk(mem, backend, tmp_path, {"party": b"boathouse", "present": b"red bicycle"}) == {}
 
     # forgetting the last reader does the same
     mem = make_memory("forgotten.db")
     home = build_home(mem, face_probe)
-    mem.remove_member(home.group.id, home.ben.id, probe=face_probe(CHLOE, 3))
+    mem.remove_member(home.group.id, home.ben.id, probe=face_probe(DAN, 3))
     assert mem.forget(identity=home.ana.id) == home.ana.id
-    assert mem.store.group(home.group.id).members == [home.chloe.id]
+    assert mem.store.group(home.group.id).members == [home.dan.id]
     assert mem.store.all_notes(home.group.id) == []  # Ana's wifi note goes with her, the party with its readers
-    if backend == "sqlite":
-        mem.close()
-        assert files_holding(tmp_path, {"party": b"boathouse"}) == {}
+    assert left_on_disk(mem, backend, tmp_path, {"party": b"boathouse"}) == {}
 
 
 # ---- 3. removal takes effect on the next query -----------------------------------------------------------------
@@ -331,7 +333,7 @@ def test_removal_takes_effect_on_the_next_query_and_the_last_member_out_erases_t
     assert session.search(QUERY, k=1).notes[0][0].id == home.wifi.id
 
     after = mem.remove_member(group.id, home.ben.id, probe=face_probe(ANA, 3))
-    assert after.members == [home.ana.id, home.chloe.id]
+    assert after.members == [home.ana.id, home.dan.id]
     for result in (mem.search(QUERY, probe=ben, k=50, links=5), session.search(QUERY, k=50, links=5),
                    mem.search("bins Tuesday", probe=ben, k=50, filters={"scope": group.id})):
         assert {n.owner for n in found(result)} <= {home.ben.id}
@@ -354,13 +356,13 @@ def test_removal_takes_effect_on_the_next_query_and_the_last_member_out_erases_t
     assert bins.id in [n.id for n in mem.get_all(probe=face_probe(ANA, 4))]
 
     total = mem.store.note_total()
-    assert mem.remove_member(group.id, home.chloe.id, probe=face_probe(CHLOE, 3)).members == [home.ana.id]
+    assert mem.remove_member(group.id, home.dan.id, probe=face_probe(DAN, 3)).members == [home.ana.id]
     assert mem.remove_member(group.id, home.ana.id, probe=face_probe(ANA, 3)) is None  # the last one out
     assert mem.store.note_total() == total - 3
     with pytest.raises(UnknownIdentityError):
         mem.store.group(group.id)
-    assert [g.id for g in mem.store.all_groups()] == [home.dan_group.id]
-    for person, own in ((ANA, "My PIN is 1234"), (CHLOE, "My favourite colour is teal")):
+    assert [g.id for g in mem.store.all_groups()] == [home.eve_group.id]
+    for person, own in ((ANA, "My PIN is 1234"), (DAN, "My favourite colour is teal")):
         assert [n.content for n in mem.get_all(probe=face_probe(person, 4))] == [own]
         assert [n.content for n, _ in mem.search(QUERY, probe=face_probe(person, 4), k=50).notes] == [own]
     with pytest.raises(NoteNotFoundError):
@@ -369,6 +371,8 @@ def test_removal_takes_effect_on_the_next_query_and_the_last_member_out_erases_t
 
 @BOTH_STORES
 def test_a_member_deletes_the_household_and_nothing_of_it_remains(make_memory, face_probe, backend, tmp_path):
+    """Nothing of a deleted household is read by anyone, nor left in a file: any file of a SQLite store, the
+    database's files of a PostgreSQL store once VACUUM FULL has run (its WAL is not looked at)."""
     mem = make_memory("deleted.db", hnsw_threshold=3)
     home = build_home(mem, face_probe)
     group = home.group
@@ -381,27 +385,32 @@ def test_a_member_deletes_the_household_and_nothing_of_it_remains(make_memory, f
         needles = {"wifi": b"tulip-meadow-42", "party": b"boathouse", "bins": b"Tuesday night",
                    **note_blobs(mem, [home.wifi.id, home.party.id])}
         assert files_holding(tmp_path, needles)
+    else:
+        needles = {"wifi": b"tulip-meadow-42", "party": b"boathouse", "bins": b"Tuesday night"}
+        assert vacuumed_database_files_holding(mem, needles)
     total = mem.store.note_total()
     with pytest.raises(GroupNotFoundError):
-        mem.delete_group(group.id, probe=face_probe(DAN, 3))
+        mem.delete_group(group.id, probe=face_probe(EVE, 3))
     with pytest.raises(StepUpRequiredError):
-        mem.delete_group(group.id, probe=face_probe(STRANGER, 3))
-    assert mem.delete_group(group.id, probe=face_probe(CHLOE, 3)) == group.id
+        mem.delete_group(group.id, probe=face_probe(CHLOE, 3))
+    assert mem.delete_group(group.id, probe=face_probe(DAN, 3)) == group.id
     assert mem.store.note_total() == total - 3
     with pytest.raises(UnknownIdentityError):
         mem.store.group(group.id)
     for person, own in ((ANA, "My PIN is 1234"), (BEN, "I keep my bike in the shed"),
-                        (CHLOE, "My favourite colour is teal")):
+                        (DAN, "My favourite colour is teal")):
         probe = face_probe(person, 4)
         assert mem.groups(probe=probe) == []
         assert [n.content for n in mem.get_all(probe=probe)] == [own]
         assert [n.content for n in found(mem.search(QUERY, probe=probe, k=50, links=5))] == [own]
         with pytest.raises(GroupNotFoundError):
             mem.add("Still home?", probe=probe, scope=group.id)
-    assert mem.search(QUERY, probe=face_probe(DAN, 4), k=1).notes[0][0].id == home.dan_wifi.id
+    assert mem.search(QUERY, probe=face_probe(EVE, 4), k=1).notes[0][0].id == home.eve_wifi.id
     if backend == "sqlite":
         assert not list(index.glob(f"owner-{group.id}.*"))
         assert files_holding(tmp_path, needles) == {}
+    else:
+        assert vacuumed_database_files_holding(mem, needles) == {}
 
 
 # ---- 4. a group is never enrolled into, matched or forgotten as a person ---------------------------------------
@@ -412,9 +421,9 @@ def test_a_group_has_no_templates_is_never_matched_and_is_not_a_person(home, fac
     mem, group = home.mem, home.group
     before = written(mem)
     with pytest.raises((UnknownIdentityError, EnrolmentError)):
-        mem.add_templates(group.id, [face_probe(STRANGER, 0), face_probe(STRANGER, 1)])
+        mem.add_templates(group.id, [face_probe(CHLOE, 0), face_probe(CHLOE, 1)])
     with pytest.raises(StepUpRequiredError):  # Ana proving herself does not make the group her
-        mem.add_templates(group.id, [face_probe(STRANGER, 0)], probe=face_probe(ANA, 3))
+        mem.add_templates(group.id, [face_probe(CHLOE, 0)], probe=face_probe(ANA, 3))
     with pytest.raises(UnknownIdentityError):
         mem.forget(identity=group.id)
     with pytest.raises(UnknownIdentityError):
@@ -422,20 +431,20 @@ def test_a_group_has_no_templates_is_never_matched_and_is_not_a_person(home, fac
     with pytest.raises(UnknownIdentityError):
         mem.create_group("Sub-household", identity=group.id)
     with pytest.raises(UnknownIdentityError):  # a group is no member of a group
-        mem.add_member(group.id, identity=home.dan_group.id)
+        mem.add_member(group.id, identity=home.eve_group.id)
     with pytest.raises(UnknownIdentityError):
-        mem.session(face_probe(STRANGER, 2))
+        mem.session(face_probe(CHLOE, 2))
     assert written(mem) == before
 
-    groups = {group.id, home.dan_group.id}
+    groups = {group.id, home.eve_group.id}
     ids, _ = mem.store.templates(FACE)
     assert not groups & set(ids.tolist())
-    assert {i.id for i in mem.identities()} == {home.ana.id, home.ben.id, home.chloe.id, home.dan.id}
+    assert {i.id for i in mem.identities()} == {home.ana.id, home.ben.id, home.dan.id, home.eve.id}
     assert mem.get(home.wifi.id, probe=face_probe(ANA, 4)).content == WIFI  # the group is still whole
     mem.set_threshold(-1.0)  # every probe matches every enrolled template ("best" then finds each ambiguous)
-    for person in (ANA, BEN, STRANGER, 5):
+    for person in (ANA, BEN, CHLOE, FINN):
         gate = mem.identify(face_probe(person, 1), policy="all")
-        assert set(gate.admitted) == {home.ana.id, home.ben.id, home.chloe.id, home.dan.id}
+        assert set(gate.admitted) == {home.ana.id, home.ben.id, home.dan.id, home.eve.id}
         assert not groups & set(gate.scores)
 
 
@@ -448,32 +457,32 @@ def test_a_filter_on_scope_or_author_can_never_widen_the_admitted_notes(home, fa
     ana = face_probe(ANA, 4)
     admitted = {n.id for n in mem.get_all(probe=ana)}
     assert admitted == {n.id for n in mem.store.all_notes(home.ana.id) + mem.store.all_notes(group.id)}
-    assert home.dan_wifi.id not in admitted
+    assert home.eve_wifi.id not in admitted
     ana_wrote = {i for i in admitted if mem.get(i, probe=ana).author == home.ana.id}
     cases = [
-        ({"scope": home.dan_group.id}, set()),
-        ({"author": home.dan.id}, set()),
-        ({"AND": [{"scope": home.dan_group.id}, {"author": home.dan.id}]}, set()),
-        ({"scope": {"in": [home.dan_group.id, home.dan.id]}}, set()),
-        ({"author": {"in": [home.dan.id, 99_999]}}, set()),
-        ({"OR": [{"scope": home.dan_group.id}, {"scope": group.id}]}, {home.wifi.id, home.party.id}),
-        ({"OR": [{"author": home.dan.id}, {"author": home.ana.id}]}, ana_wrote),
-        ({"OR": [{"scope": home.dan_group.id}, {"tags": {"contains": ""}}]}, admitted),
+        ({"scope": home.eve_group.id}, set()),
+        ({"author": home.eve.id}, set()),
+        ({"AND": [{"scope": home.eve_group.id}, {"author": home.eve.id}]}, set()),
+        ({"scope": {"in": [home.eve_group.id, home.eve.id]}}, set()),
+        ({"author": {"in": [home.eve.id, 99_999]}}, set()),
+        ({"OR": [{"scope": home.eve_group.id}, {"scope": group.id}]}, {home.wifi.id, home.party.id}),
+        ({"OR": [{"author": home.eve.id}, {"author": home.ana.id}]}, ana_wrote),
+        ({"OR": [{"scope": home.eve_group.id}, {"tags": {"contains": ""}}]}, admitted),
         ({"NOT": {"scope": group.id}}, {n.id for n in mem.store.all_notes(home.ana.id)}),
-        ({"scope": {"ne": home.dan_group.id}}, admitted),
+        ({"scope": {"ne": home.eve_group.id}}, admitted),
         ({"author": {"nin": [home.ana.id]}}, {home.party.id}),
-        ({"scope": {"in": [home.dan_group.id, None]}}, {n.id for n in mem.store.all_notes(home.ana.id)}),
+        ({"scope": {"in": [home.eve_group.id, None]}}, {n.id for n in mem.store.all_notes(home.ana.id)}),
     ]
     for where, expected in cases:
         assert {n.id for n in mem.get_all(probe=ana, filters=where)} == expected, where
         hits = mem.search(QUERY, probe=ana, k=50, links=5, filters=where)
         assert {n.id for n, _ in hits.notes} == expected, where
         assert {n.id for n in found(hits)} <= admitted
-    dan = face_probe(DAN, 4)
+    eve = face_probe(EVE, 4)
     for where in ({"scope": group.id}, {"author": home.ana.id}, {"OR": [{"scope": group.id}, {"scope": None}]}):
-        assert {n.owner for n in found(mem.search(QUERY, probe=dan, k=50, filters=where))} <= \
-            {home.dan.id, home.dan_group.id}
-        assert {n.owner for n in mem.get_all(probe=dan, filters=where)} <= {home.dan.id, home.dan_group.id}
+        assert {n.owner for n in found(mem.search(QUERY, probe=eve, k=50, filters=where))} <= \
+            {home.eve.id, home.eve_group.id}
+        assert {n.owner for n in mem.get_all(probe=eve, filters=where)} <= {home.eve.id, home.eve_group.id}
 
 
 # ---- 6. filters through the engine against a brute-force reference ---------------------------------------------
@@ -508,9 +517,9 @@ class Ledger:
     mem: BioMemory
     ana: Identity
     ben: Identity
-    dan: Identity
+    eve: Identity
     group: Group
-    dan_group: Group
+    eve_group: Group
     readable: list[dict]  # the notes Ana may read, as filter_reference takes them, with their vectors
     tags: list[str]
     keywords: list[str]
@@ -520,16 +529,16 @@ class Ledger:
 def ledger(make_memory, face_probe) -> Ledger:
     mem = make_memory()
     rng = random.Random(20240612)
-    ana, ben, dan = (mem.enroll(name, [face_probe(p, 0), face_probe(p, 1)])
-                     for name, p in (("Ana", ANA), ("Ben", BEN), ("Dan", DAN)))
+    ana, ben, eve = (mem.enroll(name, [face_probe(p, 0), face_probe(p, 1)])
+                     for name, p in (("Ana", ANA), ("Ben", BEN), ("Eve", EVE)))
     group = mem.create_group("Home", identity=ana.id)
     mem.add_member(group.id, identity=ben.id)
-    dan_group = mem.create_group("Home", identity=dan.id)
+    eve_group = mem.create_group("Home", identity=eve.id)
     hidden_from_ana = set()
     places = [("ana", ana.id, None, ()), ("ana in the group", ana.id, group.id, ()),
               ("ben in the group", ben.id, group.id, ()), ("ben, hidden from ana", ben.id, group.id, (ana.id,)),
-              ("imported into the group", group.id, None, ()), ("dan", dan.id, None, ()),
-              ("dan's group", dan.id, dan_group.id, ())]
+              ("imported into the group", group.id, None, ()), ("eve", eve.id, None, ()),
+              ("eve's group", eve.id, eve_group.id, ())]
     for i in range(84):
         _, writer, scope, hidden = places[i % len(places)] if i < 14 else rng.choice(places)
         note = mem.add(f"{rng.choice(TOPICS).capitalize()} (note {i})", identity=writer, scope=scope,
@@ -549,14 +558,14 @@ def ledger(make_memory, face_probe) -> Ledger:
     tags = sorted({t for n in readable for t in n["tags"]})
     keywords = sorted({k for n in readable for k in n["keywords"]})
     assert tags and keywords and len(hidden_from_ana) >= 2
-    return Ledger(mem, ana, ben, dan, group, dan_group, readable, tags, keywords)
+    return Ledger(mem, ana, ben, eve, group, eve_group, readable, tags, keywords)
 
 
 def random_condition(rng: random.Random, book: Ledger) -> dict:
     field = rng.choice(["scope", "author", "tags", "keywords", "timestamp", "metadata.kind", "metadata.n",
                         "metadata.flag", "metadata.labels", "metadata.missing"])
     if field in ("scope", "author"):
-        values = [None, book.group.id, book.dan_group.id, book.ana.id, book.ben.id, book.dan.id]
+        values = [None, book.group.id, book.eve_group.id, book.ana.id, book.ben.id, book.eve.id]
         op = rng.choice(["eq", "ne", "in", "nin"])
         value = rng.sample(values, rng.randint(1, 3)) if op in ("in", "nin") else rng.choice(values)
     elif field in ("tags", "keywords"):
@@ -654,27 +663,10 @@ MARKER = "Ben's locker combination is quokka-7731"
 MARKER2 = "Ben hid the birthday presents behind the xylophone-5150"
 
 
-def files_holding(folder: Path, needles: dict[str, bytes]) -> dict[str, list[str]]:
-    """{file: [names of the needles found in its raw bytes]} for every file under `folder`."""
-    holding = {}
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            data = path.read_bytes()
-            hits = [name for name, needle in needles.items() if needle in data]
-            if hits:
-                holding[str(path.relative_to(folder))] = hits
-    return holding
-
-
-def note_blobs(mem: BioMemory, note_ids: list[int]) -> dict[str, bytes]:
-    """The stored vectors of notes, as SQLite and hnswlib hold them (SQLite stores only)."""
-    marks = ", ".join("?" * len(note_ids))
-    return {f"vector-{i}": bytes(blob) for i, blob in
-            mem.store.db.execute(f"SELECT id, embedding FROM notes WHERE id IN ({marks})", note_ids)}
-
-
 @BOTH_STORES
 def test_forget_of_a_member_erases_every_note_they_wrote_in_every_group(make_memory, face_probe, backend, tmp_path):
+    """To the byte: in any file of a SQLite store, in the database's files of a PostgreSQL store once VACUUM FULL
+    has run (its WAL is not looked at)."""
     mem = make_memory("forget.db", hnsw_threshold=3)
     home = build_home(mem, face_probe)
     group = home.group
@@ -689,7 +681,7 @@ def test_forget_of_a_member_erases_every_note_they_wrote_in_every_group(make_mem
     doomed = mem.add("The spare fuse is in the kitchen drawer", probe=face_probe(ANA, 2), scope=group.id)
     mem.delete(doomed.id, probe=face_probe(BEN, 3))  # Ben is the actor of its delete event
     assert mem.store.history(group.id, doomed.id)[-1]["actor"] == home.ben.id
-    for person in (ANA, CHLOE):  # builds the household's hnsw index (more than 3 notes)
+    for person in (ANA, DAN):  # builds the household's hnsw index (more than 3 notes)
         assert locker.id in [n.id for n, _ in mem.search("locker combination", probe=face_probe(person, 4)).notes]
     hidden_from_ana = mem.search(MARKER2, probe=face_probe(ANA, 4), k=50, links=5)
     assert presents.id not in [n.id for n in found(hidden_from_ana)]  # the indexed household hides it too
@@ -701,6 +693,9 @@ def test_forget_of_a_member_erases_every_note_they_wrote_in_every_group(make_mem
         needles = {"marker": MARKER.encode(), "marker2": MARKER2.encode(), "quokka": b"quokka-7731",
                    **note_blobs(mem, [locker.id, presents.id])}
         assert files_holding(tmp_path, needles)  # the needles are findable before the forget
+    else:
+        needles = {"marker": MARKER.encode(), "marker2": MARKER2.encode(), "quokka": b"quokka-7731"}
+        assert vacuumed_database_files_holding(mem, needles)
     ben_wrote = [n.id for n in mem.store.all_notes(group.id) if n.author == home.ben.id]
     assert sorted(ben_wrote) == sorted([home.party.id, locker.id, presents.id])
     total = mem.store.note_total()
@@ -708,11 +703,11 @@ def test_forget_of_a_member_erases_every_note_they_wrote_in_every_group(make_mem
     assert mem.forget(probe=face_probe(BEN, 3)) == home.ben.id
 
     assert mem.store.note_total() == total - 1 - 3 - 1  # his own note, his three household notes, Workshop's
-    assert mem.store.group(group.id).members == [home.ana.id, home.chloe.id]
+    assert mem.store.group(group.id).members == [home.ana.id, home.dan.id]
     with pytest.raises(UnknownIdentityError):
         mem.store.group(workshop.id)  # left without members: gone
-    assert {g.id for g in mem.store.all_groups()} == {group.id, home.dan_group.id}
-    for person in (ANA, CHLOE):
+    assert {g.id for g in mem.store.all_groups()} == {group.id, home.eve_group.id}
+    for person in (ANA, DAN):
         probe = face_probe(person, 4)
         for query in (MARKER, MARKER2, "locker combination", "surprise party", "birthday presents"):
             assert all(n.author != home.ben.id for n in found(mem.search(query, probe=probe, k=50, links=5)))
@@ -734,6 +729,8 @@ def test_forget_of_a_member_erases_every_note_they_wrote_in_every_group(make_mem
         assert files_holding(tmp_path, needles) == {}
         mem.close()
         assert files_holding(tmp_path, needles) == {}
+    else:
+        assert vacuumed_database_files_holding(mem, needles) == {}
 
 
 class Gossip(OfflineLLM):
@@ -748,11 +745,12 @@ class Gossip(OfflineLLM):
 
 
 @BOTH_STORES
-def test_forget_of_a_member_leaves_no_byte_of_their_group_notes_even_after_evolution(make_memory, face_probe, backend,
-                                                                                   text_encoder, tmp_path):
+def test_forget_of_a_member_erases_their_group_notes_to_the_byte_even_after_evolution(make_memory, face_probe, backend,
+                                                                                     text_encoder, tmp_path):
     """An LLM's update_neighbor writes the new note's words into its neighbours (their context, and the history's
     "evolve" event). In a household, Ben's notes evolve only Ben's notes, so his words never reach Ana's note
-    (nor hers his), and once Ben is forgotten nothing of his remains: not in what Ana reads, not in any file."""
+    (nor hers his), and once Ben is forgotten nothing of his remains: not in what Ana reads, not in any file of a
+    SQLite store, not in the database's files once PostgreSQL's VACUUM FULL has run (its WAL is not looked at)."""
     mem = make_memory("gossip.db", llm=Gossip(text_encoder))
     ana = mem.enroll("Ana", [face_probe(ANA, 0), face_probe(ANA, 1)])
     ben = mem.enroll("Ben", [face_probe(BEN, 0), face_probe(BEN, 1)])
@@ -769,16 +767,15 @@ def test_forget_of_a_member_leaves_no_byte_of_their_group_notes_even_after_evolu
     probe = face_probe(ANA, 3)
     seen = [n.as_dict() for n in mem.get_all(probe=probe)] + mem.history(mine.id, probe=probe)
     assert "quokka" not in json.dumps(seen)
-    if backend == "sqlite":
-        mem.close()
-        assert files_holding(tmp_path, {"marker": MARKER.encode(), "quokka": b"quokka-7731"}) == {}
+    assert left_on_disk(mem, backend, tmp_path, {"marker": MARKER.encode(), "quokka": b"quokka-7731"}) == {}
 
 
 @BOTH_STORES
 def test_forget_of_a_member_erases_the_kept_history_of_their_deleted_group_notes(make_memory, face_probe, backend,
                                                                                tmp_path):
     """Ben's household note, deleted by Ana with keep_history=True, leaves its text in the household's history
-    (the audit trail); it is Ben's, so forgetting Ben must erase it too."""
+    (the audit trail); it is Ben's, so forgetting Ben must erase it too: to the byte in any file of a SQLite store,
+    in the database's files of a PostgreSQL store once VACUUM FULL has run (its WAL is not looked at)."""
     mem = make_memory("kept.db")
     ana = mem.enroll("Ana", [face_probe(ANA, 0), face_probe(ANA, 1)])
     ben = mem.enroll("Ben", [face_probe(BEN, 0), face_probe(BEN, 1)])
@@ -794,9 +791,7 @@ def test_forget_of_a_member_erases_the_kept_history_of_their_deleted_group_notes
     except NoteNotFoundError:
         left = []
     assert "quokka" not in json.dumps(left)
-    if backend == "sqlite":
-        mem.close()
-        assert files_holding(tmp_path, {"marker": MARKER.encode(), "quokka": b"quokka-7731"}) == {}
+    assert left_on_disk(mem, backend, tmp_path, {"marker": MARKER.encode(), "quokka": b"quokka-7731"}) == {}
 
 
 # ---- 8. links and evolution never cross a partition or an audience ---------------------------------------------
@@ -827,31 +822,31 @@ class Hostile(OfflineLLM):
 def test_links_and_evolution_stay_inside_one_partition_and_one_audience(make_memory, face_probe, text_encoder):
     llm = Hostile(text_encoder)
     mem = make_memory(llm=llm)
-    ana, ben, chloe = (mem.enroll(name, [face_probe(p, 0), face_probe(p, 1)])
-                       for name, p in (("Ana", ANA), ("Ben", BEN), ("Chloe", CHLOE)))
+    ana, ben, dan = (mem.enroll(name, [face_probe(p, 0), face_probe(p, 1)])
+                       for name, p in (("Ana", ANA), ("Ben", BEN), ("Dan", DAN)))
     group = mem.create_group("Home", identity=ana.id)
-    for person in (ben, chloe):
+    for person in (ben, dan):
         mem.add_member(group.id, identity=person.id)
-    party = "Chloe's surprise party on Saturday: {}"
+    party = "Dan's surprise party on Saturday: {}"
     writes = [  # (writer, scope, hidden_from, text): the same topic everywhere, so every note is a neighbour
         (ana, None, (), party.format("Ana's own reminder to buy a gift")),
         (ana, group.id, (), party.format("everyone bring snacks")),
-        (ben, group.id, (chloe.id,), party.format("the secret guest list")),
-        (chloe, None, (), party.format("Chloe wonders what is planned")),
+        (ben, group.id, (dan.id,), party.format("the secret guest list")),
+        (dan, None, (), party.format("Dan wonders what is planned")),
         (ben, None, (), party.format("Ben's own note about the cake")),
-        (ana, group.id, (chloe.id,), party.format("the secret venue is the boathouse")),
-        (chloe, group.id, (), party.format("Chloe asks everyone to keep Saturday free")),
+        (ana, group.id, (dan.id,), party.format("the secret venue is the boathouse")),
+        (dan, group.id, (), party.format("Dan asks everyone to keep Saturday free")),
         (ben, group.id, (ana.id,), party.format("Ana's present is a surprise too")),
-        (ben, group.id, (chloe.id,), party.format("the secret cake is chocolate")),
+        (ben, group.id, (dan.id,), party.format("the secret cake is chocolate")),
         (ana, group.id, (), party.format("the house must be tidy by Saturday")),
         (ana, None, (), party.format("Ana's own second reminder")),
-        (chloe, group.id, (), party.format("Chloe will be home by six on Saturday")),
+        (dan, group.id, (), party.format("Dan will be home by six on Saturday")),
         (group, None, (), party.format("an imported note about Saturday")),
         (ben, group.id, (ana.id,), party.format("Ana's present is a bicycle")),
     ]
     for writer, scope, hidden, text in writes:
         mem.add(text, identity=writer.id, scope=scope, hidden_from=hidden)
-    notes = {n.id: n for owner in (ana.id, ben.id, chloe.id, group.id) for n in mem.store.all_notes(owner)}
+    notes = {n.id: n for owner in (ana.id, ben.id, dan.id, group.id) for n in mem.store.all_notes(owner)}
     assert len(notes) == len(writes)
     by_text = {n.content: n for n in notes.values()}
 
@@ -875,11 +870,11 @@ def test_links_and_evolution_stay_inside_one_partition_and_one_audience(make_mem
                 source = by_text[event["after"]["context"].removeprefix("evolved by: ")]
                 assert where(source) == where(note)
     assert linked >= 4 and evolved >= 4, "the hostile LLM should have linked and evolved within partitions"
-    chloe_reads = {n.id for n in mem.get_all(probe=face_probe(CHLOE, 3))}
-    for note in mem.get_all(probe=face_probe(CHLOE, 3)):  # nothing Chloe reads says a word of the secrets
+    dan_reads = {n.id for n in mem.get_all(probe=face_probe(DAN, 3))}
+    for note in mem.get_all(probe=face_probe(DAN, 3)):  # nothing Dan reads says a word of the secrets
         assert "secret" not in note.context and "secret" not in note.content
-        assert set(note.links) <= chloe_reads
-    for owner in (ana.id, ben.id, chloe.id):
+        assert set(note.links) <= dan_reads
+    for owner in (ana.id, ben.id, dan.id):
         assert all(n.owner == owner and n.author == owner for n in mem.store.all_notes(owner))
 
 
@@ -893,7 +888,7 @@ def test_concurrent_membership_changes_never_hand_a_note_to_a_non_member(home, f
     barrier = threading.Barrier(4)
     errors: list[BaseException] = []
     ben_saw: list[bool] = []
-    probes = {person: face_probe(person, 4) for person in (BEN, DAN, CHLOE)}
+    probes = {person: face_probe(person, 4) for person in (BEN, EVE, DAN)}
 
     def toggle() -> None:
         barrier.wait()
@@ -910,11 +905,11 @@ def test_concurrent_membership_changes_never_hand_a_note_to_a_non_member(home, f
         for i in range(rounds * 2):
             result = mem.search(QUERY if i % 2 else PARTY, probe=probes[person], k=10, links=3)
             owners = {n.owner for n in found(result)}
-            if person == DAN:
-                assert owners <= {home.dan.id, home.dan_group.id}
+            if person == EVE:
+                assert owners <= {home.eve.id, home.eve_group.id}
                 with pytest.raises(NoteNotFoundError):
-                    mem.get(home.wifi.id, probe=probes[DAN])
-            elif person == CHLOE:
+                    mem.get(home.wifi.id, probe=probes[EVE])
+            elif person == DAN:
                 assert all(n.id != home.party.id for n in found(result))
             else:
                 ben_saw.append(group.id in owners)
@@ -928,7 +923,7 @@ def test_concurrent_membership_changes_never_hand_a_note_to_a_non_member(home, f
 
     mem.remove_member(group.id, home.ben.id, operator=True)
     threads = [threading.Thread(target=run, args=(toggle,))] + \
-        [threading.Thread(target=run, args=(search, person)) for person in (BEN, DAN, CHLOE)]
+        [threading.Thread(target=run, args=(search, person)) for person in (BEN, EVE, DAN)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -939,7 +934,7 @@ def test_concurrent_membership_changes_never_hand_a_note_to_a_non_member(home, f
     result = mem.search(QUERY, probe=probes[BEN], k=50, links=5)  # after the last removal returned
     assert {n.owner for n in found(result)} == {home.ben.id}
     assert {n.owner for n in mem.get_all(probe=probes[BEN])} == {home.ben.id}
-    assert mem.store.group(group.id).members == [home.ana.id, home.chloe.id]
+    assert mem.store.group(group.id).members == [home.ana.id, home.dan.id]
 
 
 # ---- 10. update and delete of a household's note ---------------------------------------------------------------
@@ -950,26 +945,26 @@ def test_the_author_updates_a_household_note_any_member_deletes_it_and_history_s
     mem, group, wifi = home.mem, home.group, home.wifi
     with pytest.raises(NotAuthorisedError):
         mem.update(wifi.id, "The wifi password is ben-was-here", probe=face_probe(BEN, 3))
-    with mem.session(face_probe(CHLOE, 4)) as chloe:
+    with mem.session(face_probe(DAN, 4)) as dan:
         with pytest.raises(NotAuthorisedError):
-            chloe.update(wifi.id, "The wifi password is chloe-was-here", probe=face_probe(CHLOE, 3))
+            dan.update(wifi.id, "The wifi password is dan-was-here", probe=face_probe(DAN, 3))
     with pytest.raises(NoteNotFoundError):  # a non-member: no such note
-        mem.update(wifi.id, "The wifi password is dan-was-here", probe=face_probe(DAN, 3))
+        mem.update(wifi.id, "The wifi password is eve-was-here", probe=face_probe(EVE, 3))
     assert mem.get(wifi.id, probe=face_probe(BEN, 4)).content == WIFI
     updated = mem.update(wifi.id, "The wifi password is now orchid-77", probe=face_probe(ANA, 3))
     assert (updated.owner, updated.author, updated.scope) == (group.id, home.ana.id, group.id)
-    assert mem.search(QUERY, probe=face_probe(CHLOE, 4), k=1).notes[0][0].content == updated.content
+    assert mem.search(QUERY, probe=face_probe(DAN, 4), k=1).notes[0][0].content == updated.content
     events = mem.history(wifi.id, probe=face_probe(BEN, 4))
     assert [(e["event"], e["actor"]) for e in events] == [("add", home.ana.id), ("update", home.ana.id)]
     assert events[-1]["before"]["content"] == WIFI and events[-1]["after"]["content"] == updated.content
 
-    moved = mem.update(home.party.id, "Chloe's surprise party moved to Sunday at the boathouse",
-                       probe=face_probe(BEN, 3))  # its author changes it: still hidden from Chloe
-    assert moved.hidden_from == [home.chloe.id]
+    moved = mem.update(home.party.id, "Dan's surprise party moved to Sunday at the boathouse",
+                       probe=face_probe(BEN, 3))  # its author changes it: still hidden from Dan
+    assert moved.hidden_from == [home.dan.id]
     assert mem.get(home.party.id, probe=face_probe(ANA, 4)).content == moved.content
     with pytest.raises(NoteNotFoundError):
-        mem.get(home.party.id, probe=face_probe(CHLOE, 4))
-    assert all(n.id != home.party.id for n in found(mem.search(moved.content, probe=face_probe(CHLOE, 4), k=50)))
+        mem.get(home.party.id, probe=face_probe(DAN, 4))
+    assert all(n.id != home.party.id for n in found(mem.search(moved.content, probe=face_probe(DAN, 4), k=50)))
 
     imported = mem.add("The landlord's number is 555-0100", identity=group.id)  # the operator's: no author
     assert imported.author is None and imported.scope == group.id
@@ -978,12 +973,12 @@ def test_the_author_updates_a_household_note_any_member_deletes_it_and_history_s
     assert mem.history(imported.id, probe=face_probe(ANA, 4))[0]["actor"] is None
 
     with pytest.raises(StepUpRequiredError):  # a member deletes with a fresh step-up probe only
-        mem.delete(wifi.id, probe=face_probe(STRANGER, 3))
+        mem.delete(wifi.id, probe=face_probe(CHLOE, 3))
     with pytest.raises(NoteNotFoundError):
-        mem.delete(wifi.id, probe=face_probe(DAN, 3))
+        mem.delete(wifi.id, probe=face_probe(EVE, 3))
     deleted = mem.delete(wifi.id, probe=face_probe(BEN, 3))  # Ana wrote it; Ben is a member
     assert deleted.id == wifi.id
-    for person in (ANA, BEN, CHLOE):
+    for person in (ANA, BEN, DAN):
         with pytest.raises(NoteNotFoundError):
             mem.get(wifi.id, probe=face_probe(person, 4))
         assert all(n.id != wifi.id for n in found(mem.search(QUERY, probe=face_probe(person, 4), k=50)))
@@ -991,9 +986,9 @@ def test_the_author_updates_a_household_note_any_member_deletes_it_and_history_s
     assert [(e["event"], e["actor"]) for e in events] == \
         [("add", home.ana.id), ("update", home.ana.id), ("delete", home.ben.id)]
     assert all(e["before"] is None and e["after"] is None for e in events)  # the text went from history too
-    with mem.session(face_probe(CHLOE, 4)) as chloe:
-        assert chloe.delete(imported.id, probe=face_probe(CHLOE, 3)).id == imported.id
-    assert mem.store.history(group.id, imported.id)[-1]["actor"] == home.chloe.id
+    with mem.session(face_probe(DAN, 4)) as dan:
+        assert dan.delete(imported.id, probe=face_probe(DAN, 3)).id == imported.id
+    assert mem.store.history(group.id, imported.id)[-1]["actor"] == home.dan.id
 
 
 # ---- 11. bad input ---------------------------------------------------------------------------------------------
@@ -1004,9 +999,9 @@ def test_bad_household_input_is_refused_clearly_and_stores_nothing(home, face_pr
     mem, group = home.mem, home.group
     ana = face_probe(ANA, 3)
     before = written(mem)
-    everyone = [home.ana.id, home.ben.id, home.chloe.id]
+    everyone = [home.ana.id, home.ben.id, home.dan.id]
     cases = [
-        ("not members", lambda: mem.add("x", probe=ana, scope=group.id, hidden_from=[home.dan.id])),
+        ("not members", lambda: mem.add("x", probe=ana, scope=group.id, hidden_from=[home.eve.id])),
         ("not members", lambda: mem.add("x", probe=ana, scope=group.id, hidden_from=[home.ben.id, 99_999])),
         ("yourself", lambda: mem.add("x", probe=ana, scope=group.id, hidden_from=[home.ana.id])),
         ("yourself", lambda: mem.add("x", probe=ana, scope=group.id, hidden_from=everyone)),
@@ -1056,10 +1051,10 @@ def test_bad_household_input_is_refused_clearly_and_stores_nothing(home, face_pr
             me.search(QUERY, filters={"colour": "red"})
     with pytest.raises(DuplicateLabelError):  # Ana already has a "Home"
         mem.create_group("home", probe=ana)
-    with pytest.raises(DuplicateLabelError):  # so has Dan: he cannot join hers under that name
-        mem.add_member(group.id, probe=ana, member_probe=face_probe(DAN, 2))
+    with pytest.raises(DuplicateLabelError):  # so has Eve: she cannot join hers under that name
+        mem.add_member(group.id, probe=ana, member_probe=face_probe(EVE, 2))
     with pytest.raises(GroupNotFoundError):  # another family's household
-        mem.add("x", probe=ana, scope=home.dan_group.id)
+        mem.add("x", probe=ana, scope=home.eve_group.id)
     with pytest.raises(GroupNotFoundError):  # a person is no household
         mem.add("x", probe=ana, scope=home.ben.id)
     assert written(mem) == before

@@ -47,34 +47,14 @@ from biomem.vocabulary import AttemptLimits
 from modalities.palmsynth import palm_capture
 
 from .conftest import probes_of
+from .shared import ANA, BEN, CHLOE, DAN, files_holding, written
 
-ANA, BEN, CARA, DAN = 0, 1, 2, 3  # people of biomem.identity.samples.face_crops(); CARA and DAN are never enrolled here
 ANA_LABEL, BEN_LABEL = "Anastasia Quellmark", "Benedikt Vornholt"  # unique enough to grep for
 FACE = "face-arcface-s"
 PALM = "palm-compcode"
 
 
 # ---- helpers --------------------------------------------------------------------------------
-
-
-def written(mem: BioMemory) -> tuple:
-    """Everything a refused call must leave as it was: row counts, counters and id sequences."""
-    db = mem.store.db
-    return (mem.store.counts(), mem.store.templates_version(), mem.store.note_total(),
-            db.execute("SELECT name, seq FROM sqlite_sequence ORDER BY name").fetchall(),
-            db.execute("SELECT COUNT(*) FROM thresholds").fetchone()[0])
-
-
-def files_holding(folder: Path, needles: dict[str, bytes]) -> dict[str, list[str]]:
-    """{file: [names of the needles found in its raw bytes]} for every file under `folder`."""
-    found = {}
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            data = path.read_bytes()
-            hits = [name for name, needle in needles.items() if needle in data]
-            if hits:
-                found[str(path.relative_to(folder))] = hits
-    return found
 
 
 def owner_secrets(mem: BioMemory, owner: int, *texts: str) -> dict[str, bytes]:
@@ -124,11 +104,11 @@ def test_one_enrolment_of_two_people_is_refused_and_writes_nothing(pair, face_pr
     mem, _, _ = pair
     before = written(mem)
     with pytest.raises(InconsistentSamplesError):  # a visitor's own face plus a stranger's photo
-        mem.enroll("visitor", [capture(CARA, 0), capture(DAN, 0)])
+        mem.enroll("visitor", [capture(CHLOE, 0), capture(DAN, 0)])
     with pytest.raises(InconsistentSamplesError):  # two good captures of one, the third of another
-        mem.enroll("visitor", [face_probe(CARA, 0), face_probe(CARA, 1), face_probe(DAN, 0)])
+        mem.enroll("visitor", [face_probe(CHLOE, 0), face_probe(CHLOE, 1), face_probe(DAN, 0)])
     assert written(mem) == before
-    assert mem.identify(face_probe(CARA, 1)).identity is None
+    assert mem.identify(face_probe(CHLOE, 1)).identity is None
 
 
 def test_photos_of_an_enrolled_person_cannot_enrol_a_new_identity(pair, face_probe, capture):
@@ -147,13 +127,13 @@ def test_photos_of_an_enrolled_person_cannot_enrol_a_new_identity(pair, face_pro
 
 def test_someone_elses_captures_cannot_be_added_to_an_identity(pair, face_probe, capture, make_memory):
     mem, ana, ben = pair
-    visitor = mem.enroll("visitor", [face_probe(CARA, 0)])
+    visitor = mem.enroll("visitor", [face_probe(CHLOE, 0)])
     before = written(mem)
     cases = [
-        [capture(ANA, 2)],  # the issue's attack: an enrolled person's photo added to the visitor
+        [capture(ANA, 2)],  # the takeover: an enrolled person's photo added to the visitor
         [face_probe(ANA, 2), face_probe(ANA, 3)],
         [face_probe(DAN, 0)],  # a stranger's capture: not the visitor's own face
-        [face_probe(CARA, 1), face_probe(ANA, 2)],  # one own capture smuggling in another person's
+        [face_probe(CHLOE, 1), face_probe(ANA, 2)],  # one own capture smuggling in another person's
     ]
     for samples in cases:
         with pytest.raises(EnrolmentError):
@@ -165,10 +145,10 @@ def test_someone_elses_captures_cannot_be_added_to_an_identity(pair, face_probe,
     assert written(mem) == before
     for n in (2, 3, 4):
         assert mem.identify(face_probe(ANA, n)).identity == ana.id
-    mem.add_templates(visitor.id, [face_probe(CARA, 1)])  # the visitor's own capture is accepted
-    assert mem.store.counts()["templates"] == before[0]["templates"] + 1
+    mem.add_templates(visitor.id, [face_probe(CHLOE, 1)])  # the visitor's own capture is accepted
+    assert mem.store.counts()["templates"] == before["rows"]["templates"] + 1
     solo = make_memory("solo.db")  # nobody else to clash with: captures must still be the visitor's own
-    alone = solo.enroll("visitor", [face_probe(CARA, 0)])
+    alone = solo.enroll("visitor", [face_probe(CHLOE, 0)])
     nothing = written(solo)
     with pytest.raises(EnrolmentError):
         solo.add_templates(alone.id, [face_probe(DAN, 0)])
@@ -180,7 +160,7 @@ def test_a_label_is_unique_whatever_its_case(pair, face_probe):
     before = written(mem)
     for label in (ANA_LABEL.upper(), f"  {ANA_LABEL.lower()} ", ANA_LABEL.swapcase()):
         with pytest.raises(DuplicateLabelError):
-            mem.enroll(label, [face_probe(CARA, 0)])
+            mem.enroll(label, [face_probe(CHLOE, 0)])
     assert written(mem) == before
     assert [i.label for i in mem.identities()] == [ANA_LABEL, BEN_LABEL]
 
@@ -189,7 +169,7 @@ def test_a_first_palm_needs_a_live_probe_of_the_enrolled_face(pair, face_probe, 
     mem, ana, ben = pair
     ana_palm = [palm_probe(10, 0), palm_probe(10, 1)]
     before = written(mem)
-    for probe in (face_probe(BEN, 2), face_probe(CARA, 0)):  # another enrolled person, a stranger
+    for probe in (face_probe(BEN, 2), face_probe(CHLOE, 0)):  # another enrolled person, a stranger
         with pytest.raises(StepUpRequiredError):
             mem.add_templates(ana.id, ana_palm, probe=probe)
     with pytest.raises((StepUpRequiredError, ModalityMismatchError)):  # the new palm cannot vouch for itself
@@ -208,7 +188,7 @@ def test_a_first_palm_needs_a_live_probe_of_the_enrolled_face(pair, face_probe, 
         mem.add_templates(ben.id, [palm_probe(10, 2)], probe=face_probe(BEN, 2))
     assert written(mem) == after_palm
     mem.add_templates(ana.id, [palm_probe(10, 2)], probe={FACE: face_probe(ANA, 3), PALM: palm_probe(10, 1)})
-    assert written(mem)[0]["templates"] == after_palm[0]["templates"] + 1
+    assert written(mem)["rows"]["templates"] == after_palm["rows"]["templates"] + 1
 
 
 # ---- 2. ids are never reused ----------------------------------------------------------------
@@ -221,14 +201,14 @@ def test_a_forgotten_id_is_never_given_to_the_next_person(make_memory, face_prob
     mem.search("PIN", probe=face_probe(DAN, 1))  # Dan's index file exists under his id
     mem.forget(identity=dan.id)
 
-    eve = mem.enroll("eve", [face_probe(CARA, 0)])
-    assert eve.id > dan.id
-    eve_note = mem.add("Eve's passport is in the blue folder", identity=eve.id)
-    assert eve_note.id > max(dan_notes)
-    template_ids = [r[0] for r in mem.store.db.execute("SELECT id FROM templates WHERE identity_id = ?", [eve.id])]
+    chloe = mem.enroll("chloe", [face_probe(CHLOE, 0)])
+    assert chloe.id > dan.id
+    chloe_note = mem.add("Chloe's passport is in the blue folder", identity=chloe.id)
+    assert chloe_note.id > max(dan_notes)
+    template_ids = [r[0] for r in mem.store.db.execute("SELECT id FROM templates WHERE identity_id = ?", [chloe.id])]
     assert min(template_ids) > 1
 
-    # Dan's stale tab (or any caller holding his id) cannot touch Eve.
+    # Dan's stale tab (or any caller holding his id) cannot touch Chloe.
     before = written(mem)
     try:  # a repeated forget may finish an earlier one, but it can only ever reach Dan's own id
         assert mem.forget(identity=dan.id) == dan.id
@@ -241,17 +221,17 @@ def test_a_forgotten_id_is_never_given_to_the_next_person(make_memory, face_prob
             call()
     for note_id in dan_notes:
         with pytest.raises(NoteNotFoundError):
-            mem.get(note_id, probe=face_probe(CARA, 1))
+            mem.get(note_id, probe=face_probe(CHLOE, 1))
     assert written(mem) == before
-    assert [n.content for n, _ in mem.search("where is it", probe=face_probe(CARA, 1)).notes] == \
-        ["Eve's passport is in the blue folder"]
+    assert [n.content for n, _ in mem.search("where is it", probe=face_probe(CHLOE, 1)).notes] == \
+        ["Chloe's passport is in the blue folder"]
     assert not list((tmp_path / "ids.db.index").glob(f"owner-{dan.id}.*"))
 
-    mem.forget(identity=eve.id)  # and across a reopen: the sequence is in the file
+    mem.forget(identity=chloe.id)  # and across a reopen: the sequence is in the file
     mem.close()
     again = make_memory("ids.db")
-    fay = again.enroll("fay", [face_probe(BEN, 0)])
-    assert fay.id > eve.id
+    ben = again.enroll("ben", [face_probe(BEN, 0)])
+    assert ben.id > chloe.id
 
 
 # ---- 3. migration from schema version 1 -----------------------------------------------------
@@ -294,7 +274,7 @@ V1_NOTES = [  # (id, owner, content, timestamp)
     (1, 1, "Ana's locker code is 4411", "2023-05-08T10:00:00"),
     (2, 1, "Ana is allergic to peanuts", "2023-05-09T10:00:00"),
     (3, 2, "Ben's locker code is 7788", "2023-05-10T10:00:00"),
-    (4, 3, "Cara's car is parked on level 3", "2023-05-11T10:00:00"),
+    (4, 3, "Chloe's car is parked on level 3", "2023-05-11T10:00:00"),
 ]
 
 
@@ -310,7 +290,7 @@ def make_v1(path: Path, text_encoder, face_probe, *, dangling: bool = False) -> 
         (1, "ana", "2023-05-01T00:00:00+00:00", 2), (2, "ben", "2023-05-01T00:00:00+00:00", 1),
         (3, "ANA", "2023-05-02T00:00:00+00:00", 1)])  # a v1 label clash, different case
     plain = {}
-    for template_id, (owner, person) in enumerate([(1, ANA), (2, BEN), (3, CARA)], start=1):
+    for template_id, (owner, person) in enumerate([(1, ANA), (2, BEN), (3, CHLOE)], start=1):
         blob = to_blob(face_probe(person, 0).embedding)
         plain[f"plaintext-template-{owner}"] = blob
         conn.execute("INSERT INTO templates VALUES (?, ?, ?, ?, ?)",
@@ -544,7 +524,7 @@ def test_rekey_reseals_every_template_and_identification_keeps_working(
         BioMemory(tmp_path / "rekey.db", text_model=text_encoder, encoder=face_encoder, key=keyed)
     with BioMemory(tmp_path / "rekey.db", text_model=text_encoder, encoder=face_encoder, key=fresh) as again:
         assert again.identify(face_probe(ANA, 3)).identity == ana.id
-        assert again.identify(face_probe(CARA, 0)).identity is None
+        assert again.identify(face_probe(CHLOE, 0)).identity is None
 
 
 # ---- 6. attempt limits ----------------------------------------------------------------------
@@ -563,7 +543,7 @@ def limited(pair, clock):
 def test_misses_past_the_daily_budget_are_refused_until_the_oldest_ages_out(limited, face_probe, caplog):
     mem, ana, clock = limited
     day = mem.limiter.limits.budget_window
-    stranger, client = face_probe(CARA, 0), ("session-1", "203.0.113.9")
+    stranger, client = face_probe(CHLOE, 0), ("session-1", "203.0.113.9")
     blank = np.full((200, 200, 3), 127, dtype=np.uint8)  # would be NoFaceError if it were encoded
     caplog.set_level(logging.DEBUG)
     for _ in range(3):  # the budget, one miss a second
@@ -595,7 +575,7 @@ def test_misses_past_the_daily_budget_are_refused_until_the_oldest_ages_out(limi
 
 def test_limits_are_per_address_and_a_match_resets_no_count(limited, face_probe):
     mem, ana, clock = limited
-    stranger = face_probe(CARA, 0)
+    stranger = face_probe(CHLOE, 0)
     mem.identify(stranger, client="attacker")  # a client without an address is counted by its key
     mem.identify(stranger, client="attacker")
     for i in range(5):  # plenty of other clients' matches and misses in between
@@ -634,7 +614,7 @@ def test_limits_are_per_address_and_a_match_resets_no_count(limited, face_probe)
 def test_private_replies_name_nobody_but_the_requester(pair, face_probe):
     mem, ana, ben = pair
     assert mem.disclosure == "private"
-    for reply in (mem.search("locker code", probe=face_probe(CARA, 0)),
+    for reply in (mem.search("locker code", probe=face_probe(CHLOE, 0)),
                   mem.ask("What is my locker code?", probe=face_probe(DAN, 0))):
         data = reply.as_dict()
         assert data["results"] == [] and data["gated_out"] is None
@@ -662,7 +642,7 @@ def test_demo_shows_rounded_scores_of_sample_people_only(make_memory, face_probe
     mem.add("Ana's locker code is 4411", identity=ana.id)
     mem.add("Ben's locker code is 7788", identity=ben.id)
     mem.add("Rhiannon's bank PIN is 1357", identity=real.id)
-    reply = mem.search("locker", probe=face_probe(CARA, 0))
+    reply = mem.search("locker", probe=face_probe(CHLOE, 0))
     data = reply.as_dict()
     scores = {row["label"]: row["score"] for row in data["gate"]["scores"]}
     assert set(scores) == {ANA_LABEL, BEN_LABEL}

@@ -39,9 +39,7 @@ from biomem.errors import (
     InvalidImageError,
     UnsupportedImageFormatError,
 )
-from biomem.server import create_app, served
 from biomem.server.probes import MAX_BODY
-from biomem.settings import Settings
 from biomem.ui import Controller
 from biomem.ui.launch import PAGE_OPTIONS
 from biomem.ui.messages import friendly
@@ -56,12 +54,11 @@ from modalities.images import (
     load_image,
 )
 
-from .shared import png
+from .shared import ANA, DAN, png, rest_service
 
 PHONE = (8160, 6144)  # a 50 Mpx main-camera photo (8160 x 6144 = 50.1 Mpx), taken as a JPEG
 PNG_PHOTO = (7296, 5472)  # a 40 Mpx photo saved as PNG (a 50 Mpx PNG would take 262 MB to decode: refused)
 RGBA = b"\x10\x80\xf0\x80"  # one half-transparent blue pixel
-ANA, BEN = 0, 3  # face_crops() people: Ana is enrolled from a plain crop, Ben from his 50 Mpx photo
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -129,19 +126,17 @@ REFUSED = {
 @pytest.fixture(scope="module")
 def photos(faces) -> SimpleNamespace:
     return SimpleNamespace(jpeg=phone_photo(faces[ANA], "JPEG"), png=phone_photo(faces[ANA], "PNG"),
-                           ben=phone_photo(faces[BEN], "JPEG"))
+                           dan=phone_photo(faces[DAN], "JPEG"))
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory, text_encoder, face_encoder, faces, photos) -> Iterator[SimpleNamespace]:
-    """Ana enrolled from a crop, Ben from his 50 Mpx photo; REST and MCP served with an agent key."""
+    """Ana enrolled from a crop, Dan from his 50 Mpx photo; REST and MCP served with an agent key."""
     mem = BioMemory(tmp_path_factory.mktemp("images") / "m.db", text_model=text_encoder,
                     encoder=face_encoder, limits="off")
-    ids = {"Ana": mem.enroll("Ana", [faces[ANA]]).id, "Ben": mem.enroll("Ben", [photos.ben]).id}
+    ids = {"Ana": mem.enroll("Ana", [faces[ANA]]).id, "Dan": mem.enroll("Dan", [photos.dan]).id}
     key = create_key(mem.store, "agent", "agent")[0]
-    app = create_app(mem, Settings.from_env().model_copy(update={"host": "127.0.0.1"}))
-    with served(app) as url, httpx.Client(base_url=url, timeout=120,
-                                          headers={"Authorization": f"Bearer {key}"}) as http:
+    with rest_service(mem, timeout=120, headers={"Authorization": f"Bearer {key}"}) as (_, http):
         yield SimpleNamespace(mem=mem, ids=ids, http=http)
     mem.close()
 
@@ -187,7 +182,7 @@ def test_a_50_megapixel_photo_is_decoded_downscaled_and_upright(photos):
 def test_phone_photos_match_their_person_in_the_engine(service, photos, faces):
     for data in (photos.jpeg, photos.png):
         assert service.mem.identify(data).identity == service.ids["Ana"]
-    assert service.mem.identify(faces[BEN]).identity == service.ids["Ben"]  # enrolled from his photo
+    assert service.mem.identify(faces[DAN]).identity == service.ids["Dan"]  # enrolled from his photo
 
 
 def test_phone_photos_match_over_rest_mcp_and_the_page(service, photos, cache):

@@ -1,4 +1,4 @@
-"""Attempt limits that tell strangers from attackers (docs/gate.md): a kiosk's strangers never lock its
+"""Attempt limits that tell strangers from attackers (docs/gate-limits.md): a kiosk's strangers never lock its
 owners out, however fast they come; a near-miss climb towards one person is throttled per client and makes that
 person's matches need the step-up τ, nobody else's, for a while that one client cannot stretch; bulk guessing is
 bounded by a budget from the store's false-match risk, per address; all of it lives in the store. Every clock is
@@ -17,9 +17,10 @@ from biomem.identity.limits import AttemptLimiter
 from biomem.vocabulary import AttemptLimits
 
 from .conftest import BOTH_STORES
+from .shared import ANA, BEN, CHLOE, DAN, EVE, FINN, STRANGER
 
-ANA, BEN = 0, 1  # people of biomem.identity.samples.face_crops(); the others are strangers here
-STRANGERS = (2, 3, 4, 5, 6)
+STRANGERS = (CHLOE, DAN, EVE, FINN, STRANGER)  # never enrolled here
+
 KIOSK = ("session:kiosk", "address:203.0.113.9")
 
 

@@ -13,29 +13,27 @@ import pytest
 from biomem.engine.checks import BROAD_K, MAX_K
 from biomem.engine.keys import create_key
 from biomem.errors import InvalidInputError, StepUpRequiredError
-from biomem.server import create_app, served
-from biomem.settings import Settings
 
-from .conftest import ALICE, BOTH_STORES, STRANGER
-from .shared import png
+from .conftest import BOTH_STORES
+from .shared import ANA, CHLOE, png, rest_service
 
 NOTES = 30
 
 
 @pytest.fixture
 def crowded(make_memory, capture):
-    """Alice with 30 notes, and a step-up τ no capture clears: every capture of hers is a τ-only one."""
+    """Ana with 30 notes, and a step-up τ no capture clears: every capture of hers is a τ-only one."""
     mem = make_memory(limits="off")
-    alice = mem.enroll("alice", [capture(ALICE, 0), capture(ALICE, 1)])
-    mem.add_many([f"Errand number {i}: collect parcel {i} from the depot" for i in range(NOTES)], identity=alice.id)
+    ana = mem.enroll("ana", [capture(ANA, 0), capture(ANA, 1)])
+    mem.add_many([f"Errand number {i}: collect parcel {i} from the depot" for i in range(NOTES)], identity=ana.id)
     mem.set_threshold(0.999, step_up=True)
-    return mem, alice
+    return mem, ana
 
 
 @BOTH_STORES
 def test_a_probe_that_only_clears_tau_cannot_list_through_search(crowded, capture):
-    mem, alice = crowded
-    probe = capture(ALICE, 3)
+    mem, ana = crowded
+    probe = capture(ANA, 3)
     assert len(mem.search("parcel", probe=probe).notes) == mem.k  # reading by meaning: as before
     assert len(mem.search("parcel", probe=probe, k=BROAD_K).notes) == BROAD_K
     with pytest.raises(StepUpRequiredError):
@@ -63,7 +61,7 @@ def test_a_probe_that_only_clears_tau_cannot_list_through_search(crowded, captur
             me.search("parcel", k=MAX_K + 1)
 
     # a stranger's listing is an empty memory, as any stranger's search
-    stranger = mem.search("parcel", probe=capture(STRANGER, 3), k=MAX_K, filters={"scope": None})
+    stranger = mem.search("parcel", probe=capture(CHLOE, 3), k=MAX_K, filters={"scope": None})
     assert stranger.gate.identity is None and stranger.notes == []
 
     # a clear probe, at the step-up τ, lists: up to MAX_K by search, everything by get_all
@@ -76,9 +74,8 @@ def test_a_probe_that_only_clears_tau_cannot_list_through_search(crowded, captur
 def test_rest_applies_the_same_rule_and_bound(crowded, capture):
     mem, _ = crowded
     key = create_key(mem.store, "agent", "agent")[0]
-    app = create_app(mem, Settings.from_env().model_copy(update={"host": "127.0.0.1"}), ui=False, mcp=False)
-    probe = png(capture(ALICE, 3))
-    with served(app) as url, httpx.Client(base_url=url, timeout=60) as http:
+    probe = png(capture(ANA, 3))
+    with rest_service(mem, ui=False, mcp=False) as (_, http):
         def call(path: str, **fields) -> httpx.Response:
             return http.post(f"/v1/{path}", headers={"Authorization": f"Bearer {key}"},
                              files={"probe": ("p.png", probe, "image/png")},

@@ -33,13 +33,11 @@ from biomem.errors import (
 from biomem.identity import disclosure
 from biomem.identity.enrolment import FACE_TAKEN_MISSES, LOOK_ALIKE
 from biomem.identity.samples import calibration_faces, demo_palm, face_crops
-from biomem.server import create_app, served
-from biomem.settings import Settings
 from biomem.ui import Controller
 from biomem.ui.messages import friendly
 
 from .conftest import BOTH_STORES, captures_of, probes_of
-from .shared import png, upload
+from .shared import png, rest_service, upload
 
 FACE, PALM = "face-arcface-s", "palm-compcode"
 ANA_PALM, TWIN_PALM, STRANGER_PALM = 201, 202, 203  # synthetic palm seeds, none of the demo's
@@ -180,11 +178,10 @@ def test_rest_enrols_face_and_palm_at_once_for_an_admin_only(make_memory, twins)
     ana_face, twin_face = twins
     ana = mem.enroll("Ana", {FACE: [ana_face(0, 0)], PALM: [demo_palm(ANA_PALM, 0)]})
     admin, agent = (create_key(mem.store, name, role)[0] for name, role in (("op", "admin"), ("kiosk", "agent")))
-    settings = Settings.from_env().model_copy(update={"host": "127.0.0.1"})
     files = [("images", ("f.png", png(twin_face(0, 0)), "image/png")),
              ("images_palm-compcode", ("p0.png", png(demo_palm(TWIN_PALM, 0)), "image/png")),
              ("images_palm-compcode", ("p1.png", png(demo_palm(TWIN_PALM, 1)), "image/png"))]
-    with served(create_app(mem, settings)) as url, httpx.Client(base_url=url, timeout=120) as http:
+    with rest_service(mem, timeout=120) as (_, http):
         def enrol(key: str, **body) -> httpx.Response:
             return http.post("/v1/identities", headers={"Authorization": f"Bearer {key}"}, **body)
         refused = enrol(agent, data={"label": "Twin"}, files=files)

@@ -30,7 +30,7 @@ from biomem.server.app import served
 from biomem.server.mcp import MCPApp, build_mcp
 from biomem.vocabulary import AttemptLimits
 
-ANA, BEN, STRANGER = 0, 1, 6  # demo_capture() people: Ana and Ben are enrolled, the stranger never is
+from .shared import ANA, BEN, STRANGER
 
 
 def probe(person: int, seed: int) -> dict[str, str]:

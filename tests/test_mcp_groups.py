@@ -15,9 +15,9 @@ from biomem.engine.demo import build_demo
 from biomem.identity.samples import demo_capture
 from biomem.server.mcp import build_mcp
 
+from .shared import ANA, BEN, CHLOE, STRANGER
 from .test_mcp import calls, error_text, fastapi_host, probe, serving, session
 
-ANA, BEN, CHLOE, STRANGER = 0, 1, 2, 6
 NEVER = 2**62  # a household id that never existed
 
 

@@ -28,7 +28,8 @@ from biomem.stores.pg.schema import SCHEMA_VERSION as PG_VERSION
 from biomem.stores.sqlite.schema import SCHEMA_VERSION as SQLITE_VERSION
 from biomem.vocabulary import AttemptLimits
 
-from .conftest import ALICE, BOB, BOTH_STORES, STRANGER
+from .conftest import BOTH_STORES
+from .shared import ANA, BEN, CHLOE
 
 
 def contents(notes):
@@ -41,9 +42,9 @@ def table_rows(mem):
 
 @BOTH_STORES
 def test_owner_sees_own_notes_through_a_new_capture(family, capture):
-    mem, alice, _ = family
-    result = mem.search("Do I have a dog?", probe=capture(ALICE, 5))
-    assert result.gate.identity == alice.id
+    mem, ana, _ = family
+    result = mem.search("Do I have a dog?", probe=capture(ANA, 5))
+    assert result.gate.identity == ana.id
     assert contents(result.notes) == {"My PIN is 1234", "I adopted a beagle puppy called Rex"}
     assert result.notes[0][0].content == "I adopted a beagle puppy called Rex"
     assert result.gated_out == 2
@@ -51,8 +52,8 @@ def test_owner_sees_own_notes_through_a_new_capture(family, capture):
 
 @BOTH_STORES
 def test_lookalike_notes_never_cross_owners(family, capture):
-    mem, alice, bob = family
-    for person, identity, pin in ((ALICE, alice, "1234"), (BOB, bob, "9876")):
+    mem, ana, ben = family
+    for person, identity, pin in ((ANA, ana, "1234"), (BEN, ben, "9876")):
         answer = mem.ask("What is my PIN?", probe=capture(person, 7))
         assert answer.gate.identity == identity.id
         assert {n.owner for n, _ in answer.notes} == {identity.id}
@@ -64,7 +65,7 @@ def test_lookalike_notes_never_cross_owners(family, capture):
 @BOTH_STORES
 def test_stranger_gets_an_empty_pool_and_an_answer_without_memory(family, capture):
     mem, _, _ = family
-    answer = mem.ask("What is my PIN?", probe=capture(STRANGER, 3))
+    answer = mem.ask("What is my PIN?", probe=capture(CHLOE, 3))
     assert answer.gate.identity is None and answer.gate.admitted == []
     assert answer.notes == []
     assert answer.gated_out == 4
@@ -77,25 +78,25 @@ def test_stranger_gets_an_empty_pool_and_an_answer_without_memory(family, captur
 
 @BOTH_STORES
 def test_an_owner_asking_about_something_never_said_is_told_so_not_given_a_near_miss(family, capture):
-    mem, alice, _ = family
-    answer = mem.ask("What is my blood type?", probe=capture(ALICE, 4))
-    assert answer.gate.identity == alice.id and answer.notes  # her notes were retrieved, and read
+    mem, ana, _ = family
+    answer = mem.ask("What is my blood type?", probe=capture(ANA, 4))
+    assert answer.gate.identity == ana.id and answer.notes  # her notes were retrieved, and read
     assert answer.text == NOT_MENTIONED
 
 
 def test_ask_can_retrieve_with_another_query_than_the_question_and_the_gate_still_decides(family, capture):
-    mem, alice, _ = family
-    answer = mem.ask("What should I remember?", probe=capture(ALICE, 4), k=1, query="beagle puppy Rex")
+    mem, ana, _ = family
+    answer = mem.ask("What should I remember?", probe=capture(ANA, 4), k=1, query="beagle puppy Rex")
     assert [n.content for n, _ in answer.notes] == ["I adopted a beagle puppy called Rex"]
     assert "Question: What should I remember?" in answer.prompt and "beagle puppy Rex" not in answer.prompt
-    stranger = mem.ask("What should I remember?", probe=capture(STRANGER, 4), query="PIN")
+    stranger = mem.ask("What should I remember?", probe=capture(CHLOE, 4), query="PIN")
     assert stranger.notes == [] and stranger.text == NO_MEMORY_ANSWER
 
 
 def test_the_question_embeds_while_the_probe_encodes_and_a_bad_one_costs_no_encoding(family, capture, monkeypatch):
     """ask and search embed a text query beside the probe's encoding: here the text encoder waits until the face
     encoder has begun, which a question embedded before the probe would wait for in vain."""
-    mem, alice, _ = family
+    mem, ana, _ = family
     face = mem.biometrics.encoders.encoders[mem.modality]
     encode_probe, embed_text = face.capture, mem.text.encode_one
     probing = threading.Event()
@@ -110,60 +111,60 @@ def test_the_question_embeds_while_the_probe_encodes_and_a_bad_one_costs_no_enco
 
     monkeypatch.setattr(face, "capture", capture_probe)
     monkeypatch.setattr(mem.text, "encode_one", embed)
-    answer = mem.ask("What is my PIN?", probe=capture(ALICE, 2), query="beagle puppy Rex")
-    assert answer.gate.identity == alice.id and answer.notes[0][0].content == "I adopted a beagle puppy called Rex"
+    answer = mem.ask("What is my PIN?", probe=capture(ANA, 2), query="beagle puppy Rex")
+    assert answer.gate.identity == ana.id and answer.notes[0][0].content == "I adopted a beagle puppy called Rex"
     probing.clear()
-    assert mem.search("PIN", probe=capture(ALICE, 3)).notes[0][0].content == "My PIN is 1234"
+    assert mem.search("PIN", probe=capture(ANA, 3)).notes[0][0].content == "My PIN is 1234"
     probing.clear()
     for bad in ("", "x" * 100_000):
         with pytest.raises(InvalidInputError):
-            mem.ask(bad, probe=capture(ALICE, 2))
+            mem.ask(bad, probe=capture(ANA, 2))
         with pytest.raises(InvalidInputError):
-            mem.search(bad, probe=capture(ALICE, 2))
+            mem.search(bad, probe=capture(ANA, 2))
     assert not probing.is_set()  # refused before any probe was encoded
 
 
 def test_results_convert_to_mem0_style_dicts(family, capture):
-    mem, alice, _ = family
-    data = mem.search("PIN", probe=capture(ALICE, 2)).as_dict()
-    assert data["gate"]["label"] == "alice"
+    mem, ana, _ = family
+    data = mem.search("PIN", probe=capture(ANA, 2)).as_dict()
+    assert data["gate"]["label"] == "ana"
     assert {r["memory"] for r in data["results"]} == {"My PIN is 1234", "I adopted a beagle puppy called Rex"}
-    assert all(r["owner"] == alice.id and "score" in r for r in data["results"])
+    assert all(r["owner"] == ana.id and "score" in r for r in data["results"])
 
 
 @BOTH_STORES
 def test_add_by_probe_stores_for_the_matched_owner_and_refuses_strangers(family, capture):
-    mem, alice, _ = family
-    note = mem.add("My sister lives in Lisbon", probe=capture(ALICE, 4))
-    assert note.owner == alice.id and len(note.keywords) >= 3 and len(note.tags) >= 3 and note.context
+    mem, ana, _ = family
+    note = mem.add("My sister lives in Lisbon", probe=capture(ANA, 4))
+    assert note.owner == ana.id and len(note.keywords) >= 3 and len(note.tags) >= 3 and note.context
     before = table_rows(mem)
     with pytest.raises(UnknownIdentityError):
-        mem.add("I am not enrolled", probe=capture(STRANGER, 1))
+        mem.add("I am not enrolled", probe=capture(CHLOE, 1))
     assert table_rows(mem) == before
 
 
 @BOTH_STORES
 def test_by_id_operations_refuse_non_owners(family, capture):
-    mem, alice, bob = family
-    alice_note = mem.get_all(probe=capture(ALICE, 2))[0]
-    for probe in (capture(BOB, 2),):
+    mem, ana, ben = family
+    ana_note = mem.get_all(probe=capture(ANA, 2))[0]
+    for probe in (capture(BEN, 2),):
         with pytest.raises(NoteNotFoundError):
-            mem.get(alice_note.id, probe=probe)
+            mem.get(ana_note.id, probe=probe)
         with pytest.raises(NoteNotFoundError):
-            mem.update(alice_note.id, "overwritten by Bob", probe=probe)
+            mem.update(ana_note.id, "overwritten by Ben", probe=probe)
         with pytest.raises(NoteNotFoundError):
-            mem.delete(alice_note.id, probe=probe)
+            mem.delete(ana_note.id, probe=probe)
         with pytest.raises(NoteNotFoundError):
-            mem.history(alice_note.id, probe=probe)
+            mem.history(ana_note.id, probe=probe)
     with pytest.raises(UnknownIdentityError):
-        mem.get(alice_note.id, probe=capture(STRANGER, 2))
-    assert mem.get(alice_note.id, probe=capture(ALICE, 3)).content == alice_note.content
+        mem.get(ana_note.id, probe=capture(CHLOE, 2))
+    assert mem.get(ana_note.id, probe=capture(ANA, 3)).content == ana_note.content
 
 
 @BOTH_STORES
 def test_update_and_delete_keep_history_for_the_owner(family, capture):
-    mem, alice, _ = family
-    owner_probe = capture(ALICE, 3)
+    mem, ana, _ = family
+    owner_probe = capture(ANA, 3)
     note = mem.get_all(probe=owner_probe)[0]
     mem.update(note.id, "My PIN is now 5555", probe=owner_probe)
     assert "5555" in mem.ask("What is my PIN?", probe=owner_probe).text
@@ -178,44 +179,44 @@ def test_update_and_delete_keep_history_for_the_owner(family, capture):
 
 def test_a_deleted_note_leaves_no_text_in_the_files_unless_its_history_is_kept(make_memory, face_probe, tmp_path):
     mem = make_memory("deleted.db")
-    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
-    gone = mem.add("My gym locker code is 7319", identity=alice.id)
-    kept = mem.add("My bike lock code is 2468", identity=alice.id)
-    mem.update(gone.id, "My gym locker code is 8426", probe=face_probe(ALICE, 1))
-    mem.delete(gone.id, probe=face_probe(ALICE, 1))
-    mem.delete(kept.id, probe=face_probe(ALICE, 1), keep_history=True)
+    ana = mem.enroll("ana", [face_probe(ANA, 0)])
+    gone = mem.add("My gym locker code is 7319", identity=ana.id)
+    kept = mem.add("My bike lock code is 2468", identity=ana.id)
+    mem.update(gone.id, "My gym locker code is 8426", probe=face_probe(ANA, 1))
+    mem.delete(gone.id, probe=face_probe(ANA, 1))
+    mem.delete(kept.id, probe=face_probe(ANA, 1), keep_history=True)
     data = b"".join(p.read_bytes() for p in tmp_path.glob("deleted.db*") if p.is_file())
     assert b"7319" not in data and b"8426" not in data  # nor in the WAL: delete checkpoints
-    audit = mem.history(kept.id, probe=face_probe(ALICE, 1))
+    audit = mem.history(kept.id, probe=face_probe(ANA, 1))
     assert audit[-1]["event"] == "delete" and audit[-1]["before"]["content"] == "My bike lock code is 2468"
 
 
 @BOTH_STORES
 def test_the_answerer_keeps_no_sentence_of_an_owner_who_changed_deleted_or_was_forgotten(make_memory, face_probe):
     mem = make_memory()
-    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
-    bob = mem.enroll("bob", [face_probe(BOB, 0)])
-    locker = mem.add("My gym locker code is 7319", identity=alice.id)
-    mem.add("I like my coffee strong and black", identity=bob.id)
+    ana = mem.enroll("ana", [face_probe(ANA, 0)])
+    ben = mem.enroll("ben", [face_probe(BEN, 0)])
+    locker = mem.add("My gym locker code is 7319", identity=ana.id)
+    mem.add("I like my coffee strong and black", identity=ben.id)
 
-    assert "7319" in mem.ask("What is my locker code?", probe=face_probe(ALICE, 1)).text
-    assert mem.ask("How do I like my coffee?", probe=face_probe(BOB, 1)).text == "I like my coffee strong and black"
-    assert mem.llm.cached_owners() == {alice.id, bob.id}
-    mem.update(locker.id, "My gym locker code is 8426", probe=face_probe(ALICE, 1))
-    assert mem.llm.cached_owners() == {bob.id}
-    assert "8426" in mem.ask("What is my locker code?", probe=face_probe(ALICE, 1)).text
-    mem.delete(locker.id, probe=face_probe(ALICE, 1))
-    assert mem.llm.cached_owners() == {bob.id}
-    mem.forget(identity=bob.id)
+    assert "7319" in mem.ask("What is my locker code?", probe=face_probe(ANA, 1)).text
+    assert mem.ask("How do I like my coffee?", probe=face_probe(BEN, 1)).text == "I like my coffee strong and black"
+    assert mem.llm.cached_owners() == {ana.id, ben.id}
+    mem.update(locker.id, "My gym locker code is 8426", probe=face_probe(ANA, 1))
+    assert mem.llm.cached_owners() == {ben.id}
+    assert "8426" in mem.ask("What is my locker code?", probe=face_probe(ANA, 1)).text
+    mem.delete(locker.id, probe=face_probe(ANA, 1))
+    assert mem.llm.cached_owners() == {ben.id}
+    mem.forget(identity=ben.id)
     assert mem.llm.cached_owners() == set()
 
 
 def test_a_deleted_note_vector_leaves_the_hnsw_index_file(make_memory, face_probe, tmp_path):
     mem = make_memory("hnswdel.db", hnsw_threshold=3)
-    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
-    notes = [mem.add(f"Errand number {i}: buy {thing}", identity=alice.id)
+    ana = mem.enroll("ana", [face_probe(ANA, 0)])
+    notes = [mem.add(f"Errand number {i}: buy {thing}", identity=ana.id)
              for i, thing in enumerate(["milk", "stamps", "a lamp", "tea"])]
-    mem.search("errand", probe=face_probe(ALICE, 1))  # the partition is an hnsw index now
+    mem.search("errand", probe=face_probe(ANA, 1))  # the partition is an hnsw index now
     (blob,) = mem.store.db.execute("SELECT embedding FROM notes WHERE id = ?", [notes[1].id]).fetchone()
 
     def index_bytes() -> bytes:
@@ -223,42 +224,42 @@ def test_a_deleted_note_vector_leaves_the_hnsw_index_file(make_memory, face_prob
         return b"".join(p.read_bytes() for p in (tmp_path / "hnswdel.db.index").glob("*"))
 
     assert bytes(blob) in index_bytes()  # the needle is findable while the note exists
-    mem.delete(notes[1].id, probe=face_probe(ALICE, 1))
+    mem.delete(notes[1].id, probe=face_probe(ANA, 1))
     assert bytes(blob) not in index_bytes()
-    hits = mem.search("buy stamps", probe=face_probe(ALICE, 1), k=4).notes
+    hits = mem.search("buy stamps", probe=face_probe(ANA, 1), k=4).notes
     assert sorted(n.id for n, _ in hits) == sorted(n.id for n in notes if n.id != notes[1].id)
 
 
 @BOTH_STORES
 def test_links_join_only_notes_of_one_owner(make_memory, face_probe):
     mem = make_memory()
-    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
-    bob = mem.enroll("bob", [face_probe(BOB, 0)])
-    mem.add_many(["I love hiking in the Alps", "Hiking in the Alps is my favourite holiday"], identity=bob.id)
-    mem.add_many(["I love hiking in the Alps", "We went hiking in the Alps again"], identity=alice.id)
-    for owner in (alice, bob):
+    ana = mem.enroll("ana", [face_probe(ANA, 0)])
+    ben = mem.enroll("ben", [face_probe(BEN, 0)])
+    mem.add_many(["I love hiking in the Alps", "Hiking in the Alps is my favourite holiday"], identity=ben.id)
+    mem.add_many(["I love hiking in the Alps", "We went hiking in the Alps again"], identity=ana.id)
+    for owner in (ana, ben):
         notes = mem.store.all_notes(owner.id)
         assert any(n.links for n in notes), "similar notes of one owner should be linked"
         assert all(set(n.links) <= {m.id for m in notes} for n in notes)
     with pytest.raises((sqlite3.IntegrityError, psycopg.IntegrityError)):  # storage itself refuses a cross-owner link
-        bob_note = mem.get_all(probe=face_probe(BOB, 0))[0]
-        alice_note = mem.get_all(probe=face_probe(ALICE, 0))[0]
-        mem.store.add_links(alice.id, alice_note.id, [bob_note.id])
+        ben_note = mem.get_all(probe=face_probe(BEN, 0))[0]
+        ana_note = mem.get_all(probe=face_probe(ANA, 0))[0]
+        mem.store.add_links(ana.id, ana_note.id, [ben_note.id])
 
 
 def test_links_expand_retrieval_within_the_owner_only_even_if_a_link_is_forged(make_memory, face_probe):
     mem = make_memory()
-    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
-    bob = mem.enroll("bob", [face_probe(BOB, 0)])
-    bobs = mem.add("Bob's safe code is 9931", identity=bob.id)
-    dog = mem.add("I adopted a beagle called Biscuit", identity=alice.id)
-    vet = mem.add("The vet appointment is on Monday at 9", identity=alice.id)
-    mem.add("My favourite colour is green", identity=alice.id)
-    mem.store.add_links(alice.id, dog.id, [vet.id])  # a link evolution would make
+    ana = mem.enroll("ana", [face_probe(ANA, 0)])
+    ben = mem.enroll("ben", [face_probe(BEN, 0)])
+    bens = mem.add("Ben's safe code is 9931", identity=ben.id)
+    dog = mem.add("I adopted a beagle called Biscuit", identity=ana.id)
+    vet = mem.add("The vet appointment is on Monday at 9", identity=ana.id)
+    mem.add("My favourite colour is green", identity=ana.id)
+    mem.store.add_links(ana.id, dog.id, [vet.id])  # a link evolution would make
     with mem.store.transaction() as db:  # forge a cross-owner link around the trigger
         db.execute("DROP TRIGGER links_same_owner")
-        db.execute("INSERT INTO links VALUES (?, ?, ?)", [alice.id, dog.id, bobs.id])
-    probe = face_probe(ALICE, 1)
+        db.execute("INSERT INTO links VALUES (?, ?, ?)", [ana.id, dog.id, bens.id])
+    probe = face_probe(ANA, 1)
     plain = mem.search("my dog Biscuit", probe=probe, k=1)
     expanded = mem.search("my dog Biscuit", probe=probe, k=1, links=5)
     assert [n.id for n, _ in plain.notes] == [n.id for n, _ in expanded.notes] == [dog.id]
@@ -286,41 +287,41 @@ class Retagger(OfflineLLM):
 @BOTH_STORES
 def test_every_stored_vector_embeds_its_note_as_stored_after_evolution(make_memory, face_probe, text_encoder):
     mem = make_memory("evolving.db", llm=Retagger(text_encoder))
-    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
-    mem.add_many([f"I walked the dog along route {i} today" for i in range(4)], identity=alice.id)
+    ana = mem.enroll("ana", [face_probe(ANA, 0)])
+    mem.add_many([f"I walked the dog along route {i} today" for i in range(4)], identity=ana.id)
     for i in range(3):
-        mem.add(f"The dog found a stick on route {i}", identity=alice.id)
-    notes = {n.id: n for n in mem.store.all_notes(alice.id)}
+        mem.add(f"The dog found a stick on route {i}", identity=ana.id)
+    notes = {n.id: n for n in mem.store.all_notes(ana.id)}
     assert any("retagged" in n.tags for n in notes.values())  # evolution did change what is stored
     assert any(n.context.startswith("seen again beside") for n in notes.values())
-    ids, vectors, _ = mem.store.note_vectors(alice.id)
+    ids, vectors, _ = mem.store.note_vectors(ana.id)
     fresh = mem.agent.embed([notes[int(i)] for i in ids])
     assert np.abs(vectors - fresh).max() < 1e-5  # the vector is the embedding of the note as stored
 
 
 def test_forget_leaves_no_row_no_vector_and_no_bytes(make_memory, face_probe, tmp_path):
     mem = make_memory("forget.db", hnsw_threshold=3)
-    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
-    bob = mem.enroll("bob", [face_probe(BOB, 0)])
-    secret = "Alice keeps the spare key under the blue flowerpot"
-    mem.add_many([secret, "Alice's passport number is X1234567", "Alice fears spiders", "Alice likes tea"],
-                 identity=alice.id)
-    mem.add_many(["Bob likes coffee"], identity=bob.id)
-    mem.search("key", probe=face_probe(ALICE, 0))  # builds Alice's hnsw index file
+    ana = mem.enroll("ana", [face_probe(ANA, 0)])
+    ben = mem.enroll("ben", [face_probe(BEN, 0)])
+    secret = "Ana keeps the spare key under the blue flowerpot"
+    mem.add_many([secret, "Ana's passport number is X1234567", "Ana fears spiders", "Ana likes tea"],
+                 identity=ana.id)
+    mem.add_many(["Ben likes coffee"], identity=ben.id)
+    mem.search("key", probe=face_probe(ANA, 0))  # builds Ana's hnsw index file
     index_dir = tmp_path / "forget.db.index"
-    assert (index_dir / f"owner-{alice.id}.hnsw").exists()
+    assert (index_dir / f"owner-{ana.id}.hnsw").exists()
 
-    assert mem.forget(identity=alice.id) == alice.id
+    assert mem.forget(identity=ana.id) == ana.id
 
     db = mem.store.db
     for table, column in (("identities", "id"), ("templates", "identity_id"), ("notes", "owner_id"),
                           ("links", "owner_id"), ("history", "owner_id")):
-        assert db.execute(f"SELECT COUNT(*) FROM {table} WHERE {column} = ?", [alice.id]).fetchone()[0] == 0
-    assert not list(index_dir.glob(f"owner-{alice.id}.*"))
-    assert alice.id not in mem.partitions.cached_owners()
-    gate = mem.identify(face_probe(ALICE, 0))
-    assert gate.identity is None and alice.id not in gate.scores
-    assert mem.search("coffee", probe=face_probe(BOB, 0)).notes[0][0].content == "Bob likes coffee"
+        assert db.execute(f"SELECT COUNT(*) FROM {table} WHERE {column} = ?", [ana.id]).fetchone()[0] == 0
+    assert not list(index_dir.glob(f"owner-{ana.id}.*"))
+    assert ana.id not in mem.partitions.cached_owners()
+    gate = mem.identify(face_probe(ANA, 0))
+    assert gate.identity is None and ana.id not in gate.scores
+    assert mem.search("coffee", probe=face_probe(BEN, 0)).notes[0][0].content == "Ben likes coffee"
     mem.close()
     for path in tmp_path.glob("forget.db*"):
         if path.is_file():
@@ -330,40 +331,40 @@ def test_forget_leaves_no_row_no_vector_and_no_bytes(make_memory, face_probe, tm
 @BOTH_STORES
 def test_reopening_gives_the_same_results(make_memory, face_probe, tmp_path):
     mem = make_memory("reopen.db")
-    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
-    mem.add_many([f"Memory number {i} about topic {i % 7}" for i in range(40)], identity=alice.id)
-    before = [(n.id, round(s, 5)) for n, s in mem.search("topic 3", probe=face_probe(ALICE, 1)).notes]
+    ana = mem.enroll("ana", [face_probe(ANA, 0)])
+    mem.add_many([f"Memory number {i} about topic {i % 7}" for i in range(40)], identity=ana.id)
+    before = [(n.id, round(s, 5)) for n, s in mem.search("topic 3", probe=face_probe(ANA, 1)).notes]
     mem.close()
     again = make_memory("reopen.db")
-    after = [(n.id, round(s, 5)) for n, s in again.search("topic 3", probe=face_probe(ALICE, 1)).notes]
+    after = [(n.id, round(s, 5)) for n, s in again.search("topic 3", probe=face_probe(ANA, 1)).notes]
     assert before == after and len(before) == 10
     assert again.modality == "face-arcface-s"
 
 
 def test_missing_or_stale_index_files_are_rebuilt(make_memory, face_probe, tmp_path):
     mem = make_memory("rebuild.db", hnsw_threshold=20)
-    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
+    ana = mem.enroll("ana", [face_probe(ANA, 0)])
     mem.add_many([f"Diary entry {i}: the weather was {['sunny', 'rainy', 'windy'][i % 3]}" for i in range(60)],
-                 identity=alice.id)
-    expected = [n.id for n, _ in mem.search("rainy day", probe=face_probe(ALICE, 1)).notes]
+                 identity=ana.id)
+    expected = [n.id for n, _ in mem.search("rainy day", probe=face_probe(ANA, 1)).notes]
     mem.close()
-    index_file = tmp_path / "rebuild.db.index" / f"owner-{alice.id}.hnsw"
+    index_file = tmp_path / "rebuild.db.index" / f"owner-{ana.id}.hnsw"
     assert index_file.exists()
     index_file.unlink()
     reopened = make_memory("rebuild.db", hnsw_threshold=20)
-    assert [n.id for n, _ in reopened.search("rainy day", probe=face_probe(ALICE, 1)).notes] == expected
+    assert [n.id for n, _ in reopened.search("rainy day", probe=face_probe(ANA, 1)).notes] == expected
     assert index_file.exists()
     reopened.close()
-    stamp = (tmp_path / "rebuild.db.index" / f"owner-{alice.id}.json").read_text()
+    stamp = (tmp_path / "rebuild.db.index" / f"owner-{ana.id}.json").read_text()
     # A stale file is not trusted: another writer (here one that never uses hnsw) changes the store.
     exact_writer = make_memory("rebuild.db", hnsw_threshold=10**9)
-    exact_writer.add("Diary entry 60: we saw a purple giraffe at the zoo", identity=alice.id)
+    exact_writer.add("Diary entry 60: we saw a purple giraffe at the zoo", identity=ana.id)
     exact_writer.close()
-    assert (tmp_path / "rebuild.db.index" / f"owner-{alice.id}.json").read_text() == stamp
+    assert (tmp_path / "rebuild.db.index" / f"owner-{ana.id}.json").read_text() == stamp
     third = make_memory("rebuild.db", hnsw_threshold=20)
-    top = third.search("purple giraffe", probe=face_probe(ALICE, 1)).notes
+    top = third.search("purple giraffe", probe=face_probe(ANA, 1)).notes
     assert top[0][0].content == "Diary entry 60: we saw a purple giraffe at the zoo"
-    assert (tmp_path / "rebuild.db.index" / f"owner-{alice.id}.json").read_text() != stamp
+    assert (tmp_path / "rebuild.db.index" / f"owner-{ana.id}.json").read_text() != stamp
 
 
 @pytest.mark.slow
@@ -374,12 +375,12 @@ def test_exact_and_hnsw_partitions_give_identical_top_k(make_memory, face_probe,
     exact = make_memory("exact.db", hnsw_threshold=10**9)
     approx = make_memory("hnsw.db", hnsw_threshold=10)
     for mem in (exact, approx):
-        owner = mem.enroll("alice", [face_probe(ALICE, 0)])
+        owner = mem.enroll("ana", [face_probe(ANA, 0)])
         mem.add_many(texts, identity=owner.id, timestamps=["2024-01-01T00:00:00"] * len(texts))
     assert approx.partitions.get(1).hnsw is not None and exact.partitions.get(1).hnsw is None
     for query in ("music with a friend", "my doctor", "gardening", "running coach", "what did I read"):
-        a = [n.id for n, _ in exact.search(query, probe=face_probe(ALICE, 1)).notes]
-        b = [n.id for n, _ in approx.search(query, probe=face_probe(ALICE, 1)).notes]
+        a = [n.id for n, _ in exact.search(query, probe=face_probe(ANA, 1)).notes]
+        b = [n.id for n, _ in approx.search(query, probe=face_probe(ANA, 1)).notes]
         assert a == b and len(a) == 10
 
 
@@ -411,12 +412,12 @@ def test_gate_equals_the_papers_per_note_indicator(make_memory, face_probe):
 @BOTH_STORES
 def test_policy_best_admits_one_identity_and_all_admits_every_match(make_memory, face_probe):
     mem = make_memory()
-    a = mem.enroll("alice", [face_probe(ALICE, 0)])
-    b = mem.enroll("bob", [face_probe(BOB, 0)])
-    assert mem.identify(face_probe(BOB, 1)).admitted == [b.id]
+    a = mem.enroll("ana", [face_probe(ANA, 0)])
+    b = mem.enroll("ben", [face_probe(BEN, 0)])
+    assert mem.identify(face_probe(BEN, 1)).admitted == [b.id]
     mem.set_threshold(-1.0)  # everybody matches everybody
-    assert set(mem.identify(face_probe(BOB, 1), policy="all").admitted) == {a.id, b.id}
-    assert mem.identify(face_probe(BOB, 1)).ambiguous  # "best" cannot tell two people above τ apart
+    assert set(mem.identify(face_probe(BEN, 1), policy="all").admitted) == {a.id, b.id}
+    assert mem.identify(face_probe(BEN, 1)).ambiguous  # "best" cannot tell two people above τ apart
 
 
 @pytest.mark.slow
@@ -453,7 +454,7 @@ def test_eight_threads_adding_and_searching_lose_nothing(make_memory, face_probe
 
 @BOTH_STORES
 def test_bad_inputs_raise_typed_errors_and_write_nothing(family, capture, tmp_path, face_probe):
-    mem, alice, bob = family
+    mem, ana, ben = family
     before = table_rows(mem)
     not_image = tmp_path / "notes.txt"
     not_image.write_text("this is not an image")
@@ -468,13 +469,13 @@ def test_bad_inputs_raise_typed_errors_and_write_nothing(family, capture, tmp_pa
         (MultipleFacesError, lambda: mem.enroll("group", [str(group_photo_path())])),
         (ModalityMismatchError, lambda: mem.search("x", probe=Probe(np.ones(2048), "palm-compcode"))),
         (ModalityMismatchError, lambda: mem.search("x", probe=Probe(np.ones(64), "face-arcface-s"))),
-        (InvalidInputError, lambda: mem.add("   ", identity=alice.id)),
-        (InvalidInputError, lambda: mem.add("two owners", identity=alice.id, probe=capture(ALICE, 1))),
-        (InvalidInputError, lambda: mem.add("bad time", identity=alice.id, timestamp="next Tuesday-ish")),
-        (InvalidInputError, lambda: mem.enroll("", [capture(ALICE, 1)])),
+        (InvalidInputError, lambda: mem.add("   ", identity=ana.id)),
+        (InvalidInputError, lambda: mem.add("two owners", identity=ana.id, probe=capture(ANA, 1))),
+        (InvalidInputError, lambda: mem.add("bad time", identity=ana.id, timestamp="next Tuesday-ish")),
+        (InvalidInputError, lambda: mem.enroll("", [capture(ANA, 1)])),
         (UnknownIdentityError, lambda: mem.add("nobody", identity=999)),
-        (NoteNotFoundError, lambda: mem.get(12345, probe=capture(ALICE, 1))),
-        (NoteNotFoundError, lambda: mem.delete(3, probe=capture(ALICE, 1))),  # Bob's note
+        (NoteNotFoundError, lambda: mem.get(12345, probe=capture(ANA, 1))),
+        (NoteNotFoundError, lambda: mem.delete(3, probe=capture(ANA, 1))),  # Ben's note
     ]
     for error, call in cases:
         with pytest.raises(error):
@@ -512,45 +513,45 @@ def test_timestamps_in_iso_and_locomo_form(raw, iso):
 def test_multimodal_probes_fuse_per_policy(make_memory, face_probe):
     mem = make_memory()
     rng = np.random.default_rng(3)
-    palm = {name: rng.normal(size=64) for name in ("alice", "other")}
-    alice = mem.enroll("alice", [face_probe(ALICE, 0)])
-    bob = mem.enroll("bob", [face_probe(BOB, 0)])  # face only
+    palm = {name: rng.normal(size=64) for name in ("ana", "other")}
+    ana = mem.enroll("ana", [face_probe(ANA, 0)])
+    ben = mem.enroll("ben", [face_probe(BEN, 0)])  # face only
     mem.set_threshold(0.8, "palm-test")
-    mem.add_templates(alice.id, [Probe(palm["alice"], "palm-test")])
-    mem.add("Alice's gym locker is 42", identity=alice.id)
+    mem.add_templates(ana.id, [Probe(palm["ana"], "palm-test")])
+    mem.add("Ana's gym locker is 42", identity=ana.id)
 
     def gate(face, palm_vector, fusion):
         return mem.identify({"face-arcface-s": face, "palm-test": Probe(palm_vector, "palm-test")}, fusion=fusion)
 
-    both = gate(face_probe(ALICE, 2), palm["alice"] + 0.05 * rng.normal(size=64), "all")
-    assert both.identity == alice.id and both.fusion == "all"
+    both = gate(face_probe(ANA, 2), palm["ana"] + 0.05 * rng.normal(size=64), "all")
+    assert both.identity == ana.id and both.fusion == "all"
     assert [c.modality for c in both.components] == ["face-arcface-s", "palm-test"]
-    assert both.as_dict()["components"][1]["identity"] == alice.id
+    assert both.as_dict()["components"][1]["identity"] == ana.id
 
-    wrong_palm = gate(face_probe(ALICE, 2), palm["other"], "all")
+    wrong_palm = gate(face_probe(ANA, 2), palm["other"], "all")
     assert wrong_palm.identity is None
-    assert gate(face_probe(ALICE, 2), palm["other"], "any").identity == alice.id
-    # Bob has no palm template: "all" cannot admit him, "any" can through his face.
-    assert gate(face_probe(BOB, 2), palm["other"], "all").identity is None
-    assert gate(face_probe(BOB, 2), palm["other"], "any").identity == bob.id
+    assert gate(face_probe(ANA, 2), palm["other"], "any").identity == ana.id
+    # Ben has no palm template: "all" cannot admit him, "any" can through his face.
+    assert gate(face_probe(BEN, 2), palm["other"], "all").identity is None
+    assert gate(face_probe(BEN, 2), palm["other"], "any").identity == ben.id
     # "sum": a strong face margin cannot carry a palm that misses by far more.
-    summed = gate(face_probe(ALICE, 2), palm["other"], "sum")
-    face_margin = summed.components[0].scores[alice.id] - summed.components[0].threshold
-    palm_margin = summed.components[1].scores[alice.id] - summed.components[1].threshold
-    assert summed.scores[alice.id] == pytest.approx(face_margin + palm_margin)
-    assert (summed.identity == alice.id) == (face_margin + palm_margin >= 0)
-    fused_search = mem.search("locker", probe={"face-arcface-s": face_probe(ALICE, 2),
-                                               "palm-test": Probe(palm["alice"], "palm-test")})
-    assert [n.content for n, _ in fused_search.notes] == ["Alice's gym locker is 42"]
+    summed = gate(face_probe(ANA, 2), palm["other"], "sum")
+    face_margin = summed.components[0].scores[ana.id] - summed.components[0].threshold
+    palm_margin = summed.components[1].scores[ana.id] - summed.components[1].threshold
+    assert summed.scores[ana.id] == pytest.approx(face_margin + palm_margin)
+    assert (summed.identity == ana.id) == (face_margin + palm_margin >= 0)
+    fused_search = mem.search("locker", probe={"face-arcface-s": face_probe(ANA, 2),
+                                               "palm-test": Probe(palm["ana"], "palm-test")})
+    assert [n.content for n, _ in fused_search.notes] == ["Ana's gym locker is 42"]
 
 
 @BOTH_STORES
 def test_kept_out_summary_is_a_total_for_the_owner_and_nothing_for_a_stranger(family, capture):
-    mem, alice, bob = family
-    owner = mem.search("PIN", probe=capture(ALICE, 2)).as_dict()
+    mem, ana, ben = family
+    owner = mem.search("PIN", probe=capture(ANA, 2)).as_dict()
     assert owner["gated_out"] == {"total": 2}
-    assert owner["gate"]["label"] == "alice" and "bob" not in str(owner)
-    stranger = mem.search("PIN", probe=capture(STRANGER, 2)).as_dict()
+    assert owner["gate"]["label"] == "ana" and "ben" not in str(owner)
+    stranger = mem.search("PIN", probe=capture(CHLOE, 2)).as_dict()
     assert stranger == {"results": [], "gate": {"matched": False, "modality": "face-arcface-s"}, "gated_out": None}
 
 
@@ -559,16 +560,16 @@ def test_a_private_reply_never_scans_every_owner_s_notes(family, capture, monkey
     """The kept-out total comes from the note counter and the admitted partitions, the score from the
     admitted identity alone: a search at a million notes / 10,000 identities must not aggregate every
     note (175 ms there) nor build every identity's score (5 ms)."""
-    mem, alice, _ = family
+    mem, ana, _ = family
 
     def no_full_scan(owners=None):
         assert owners is not None, "a request aggregated every owner's notes"
         return {}
     monkeypatch.setattr(mem.store, "note_summary", no_full_scan)
     monkeypatch.setattr(GateResult, "scores", property(lambda gate: pytest.fail("every identity's score built")))
-    result = mem.search("my PIN", probe=capture(ALICE, 3))
+    result = mem.search("my PIN", probe=capture(ANA, 3))
     assert result.view["gated_out"] == {"total": 2} and result.gated_out == 2
-    assert mem.search("my PIN", probe=capture(STRANGER, 1)).view["gated_out"] is None
+    assert mem.search("my PIN", probe=capture(CHLOE, 1)).view["gated_out"] is None
     assert mem.overview()["samples"] is None
 
 
@@ -587,7 +588,7 @@ def test_attempt_limits_are_shared_by_every_engine_on_the_store_and_outlive_a_re
     """Two engines on one store stand for two replicas: misses counted by one refuse the client's address in the
     other once its daily budget is spent, until the oldest miss ages out (no doubling), and the refusal survives a
     reopen; only keyed digests are stored."""
-    _, alice, _ = family
+    _, ana, _ = family
     limits = AttemptLimits(misses=2, window=60.0, cooldown=30.0, budget=2)
     day = limits.budget_window
 
@@ -600,26 +601,26 @@ def test_attempt_limits_are_shared_by_every_engine_on_the_store_and_outlive_a_re
     first = clock.now + 1
     for _ in range(2):
         clock.now += 1
-        assert here.identify(capture(STRANGER, 3), client=client).identity is None
-    with pytest.raises(TooManyAttemptsError) as refused:  # even Alice's face, from that client
-        there.search("PIN", probe=capture(ALICE, 5), client=client)
+        assert here.identify(capture(CHLOE, 3), client=client).identity is None
+    with pytest.raises(TooManyAttemptsError) as refused:  # even Ana's face, from that client
+        there.search("PIN", probe=capture(ANA, 5), client=client)
     assert refused.value.retry_after == pytest.approx(first + day - clock.now)
-    assert there.search("PIN", probe=capture(ALICE, 5), client=elsewhere).gate.identity == alice.id
+    assert there.search("PIN", probe=capture(ANA, 5), client=elsewhere).gate.identity == ana.id
     moved = ["session:attempt-test-session", "address:198.51.100.2"]  # the same session at another address
-    assert there.search("PIN", probe=capture(ALICE, 5), client=moved).gate.identity == alice.id
+    assert there.search("PIN", probe=capture(ANA, 5), client=moved).gate.identity == ana.id
     clock.now = first + day + 0.5  # the first miss aged out: room for one more, then refused again ...
-    assert there.identify(capture(STRANGER, 4), client=client).identity is None
+    assert there.identify(capture(CHLOE, 4), client=client).identity is None
     third = clock.now
     with pytest.raises(TooManyAttemptsError) as refused:
-        here.identify(capture(ALICE, 5), client=client)
+        here.identify(capture(ANA, 5), client=client)
     assert refused.value.retry_after == pytest.approx(first + 1 + day - clock.now)  # ... until the second does
     clock.now += refused.value.retry_after + 1
-    here.identify(capture(STRANGER, 4), client=client)
+    here.identify(capture(CHLOE, 4), client=client)
     here.close()
     there.close()
     again = engine()  # a restart: the address alone is still refused, until the third miss ages out: never doubled
     with pytest.raises(TooManyAttemptsError) as refused:
-        again.identify(capture(ALICE, 5), client=["address:203.0.113.9"])
+        again.identify(capture(ANA, 5), client=["address:203.0.113.9"])
     assert refused.value.retry_after == pytest.approx(third + day - clock.now) and refused.value.retry_after < day
     clients = stored_clients(again, backend)
     assert clients and all(re.fullmatch(r"[0-9a-f]{32}", c) for c in clients)
@@ -734,10 +735,10 @@ def test_an_older_store_is_upgraded_to_groups_keeping_every_row(family, database
     """A store of version 4 (no groups: no kind, author, metadata or actor columns, no members or hidden
     tables, no ambiguity margin or evolution cause columns), or of version 3 (no attempt tables either), opens as
     the current version with every row as it was, and households work on it."""
-    mem, alice, bob = family
-    note = mem.get_all(probe=capture(ALICE, 2))[0]
-    mem.update(note.id, "My PIN is now 4321", probe=capture(ALICE, 3))  # history beyond "add"
-    mem.store.add_links(alice.id, note.id, [n.id for n in mem.store.all_notes(alice.id) if n.id != note.id])
+    mem, ana, ben = family
+    note = mem.get_all(probe=capture(ANA, 2))[0]
+    mem.update(note.id, "My PIN is now 4321", probe=capture(ANA, 3))  # history beyond "add"
+    mem.store.add_links(ana.id, note.id, [n.id for n in mem.store.all_notes(ana.id) if n.id != note.id])
     notes, identities = mem.store.note_total(), len(mem.identities())
     mem.close()
     location = str(database())
@@ -767,25 +768,25 @@ def test_an_older_store_is_upgraded_to_groups_keeping_every_row(family, database
     fresh = make_memory("fresh.db")
     assert table_columns(backend, location) == table_columns(backend, str(database("fresh.db")))
     fresh.close()
-    for person in (alice, bob):  # the old notes were written by their owners; history has no actor
+    for person in (ana, ben):  # the old notes were written by their owners; history has no actor
         for old in again.store.all_notes(person.id):
             assert (old.author, old.scope, old.metadata, old.hidden_from) == (person.id, None, {}, [])
             assert all(event["actor"] is None for event in again.store.history(person.id, old.id))
-    assert again.get(note.id, probe=capture(ALICE, 4)).content == "My PIN is now 4321"
+    assert again.get(note.id, probe=capture(ANA, 4)).content == "My PIN is now 4321"
 
-    home = again.create_group("Home", probe=capture(ALICE, 3))
-    again.add_member(home.id, probe=capture(ALICE, 3), member_probe=capture(BOB, 3))
-    wifi = again.add("The wifi password is tulip-meadow-42", probe=capture(BOB, 4), scope=home.id,
+    home = again.create_group("Home", probe=capture(ANA, 3))
+    again.add_member(home.id, probe=capture(ANA, 3), member_probe=capture(BEN, 3))
+    wifi = again.add("The wifi password is tulip-meadow-42", probe=capture(BEN, 4), scope=home.id,
                      metadata={"room": "hall"})
-    for person in (ALICE, BOB):
+    for person in (ANA, BEN):
         hit = again.search("what is the wifi password", probe=capture(person, 5), k=1).notes[0][0]
-        assert (hit.id, hit.scope, hit.author, hit.metadata) == (wifi.id, home.id, bob.id, {"room": "hall"})
-    assert [n.content for n in again.get_all(probe=capture(ALICE, 4), filters={"scope": None})] == \
+        assert (hit.id, hit.scope, hit.author, hit.metadata) == (wifi.id, home.id, ben.id, {"room": "hall"})
+    assert [n.content for n in again.get_all(probe=capture(ANA, 4), filters={"scope": None})] == \
         ["My PIN is now 4321", "I adopted a beagle puppy called Rex"]
-    assert again.identify(capture(STRANGER, 3), client=["address:203.0.113.9"]).identity is None
+    assert again.identify(capture(CHLOE, 3), client=["address:203.0.113.9"]).identity is None
     with pytest.raises(TooManyAttemptsError):
-        again.identify(capture(ALICE, 5), client=["address:203.0.113.9"])
-    assert again.identify(capture(ALICE, 5)).identity == alice.id
+        again.identify(capture(ANA, 5), client=["address:203.0.113.9"])
+    assert again.identify(capture(ANA, 5)).identity == ana.id
     again.close()
 
 

@@ -10,8 +10,8 @@ import numpy as np
 from biomem import BioMemory
 from biomem.notes.llm import Evolution, OfflineLLM
 
-from .conftest import ALICE, BOTH_STORES
-from .test_groups import files_holding, note_blobs
+from .conftest import BOTH_STORES
+from .shared import ANA, files_holding, note_blobs, vacuumed_database_files_holding
 
 SECRET = "The garden shed padlock code is quokka-7731"
 WORD = "quokka"
@@ -64,17 +64,22 @@ def shed(mem: BioMemory, owner: int):
 @BOTH_STORES
 def test_deleting_a_note_erases_what_its_evolution_wrote_into_its_neighbours(make_memory, face_probe, text_encoder,
                                                                              backend, tmp_path):
+    """To the byte: in any file of a SQLite store, in the database's files of a PostgreSQL store once VACUUM FULL
+    has run (its WAL is not looked at)."""
     mem = make_memory("purge.db", llm=Copycat(text_encoder), hnsw_threshold=3)
-    ana = mem.enroll("ana", [face_probe(ALICE, 0), face_probe(ALICE, 1)]).id
+    ana = mem.enroll("ana", [face_probe(ANA, 0), face_probe(ANA, 1)]).id
     bike, squeak, secret, roof, before = shed(mem, ana)
     ids = [bike.id, squeak.id, secret.id, roof.id]
-    assert mem.search("garden shed", probe=face_probe(ALICE, 2)).notes  # builds the hnsw index (4 notes >= 3)
+    assert mem.search("garden shed", probe=face_probe(ANA, 2)).notes  # builds the hnsw index (4 notes >= 3)
     if backend == "sqlite":
         mem.partitions.flush()
         needles = {"secret": WORD.encode(), **note_blobs(mem, [bike.id, squeak.id])}
         assert set(files_holding(tmp_path, needles)) >= {f"purge.db.index/owner-{ana}.hnsw"}
+    else:
+        needles = {"secret": WORD.encode()}
+        assert vacuumed_database_files_holding(mem, needles)
 
-    mem.delete(secret.id, probe=face_probe(ALICE, 3))
+    mem.delete(secret.id, probe=face_probe(ANA, 3))
 
     for note in (bike, squeak):  # back to just before the secret: the earlier evolution (squeak's) survives
         assert fields(mem, ana, note.id) == before[note.id]
@@ -82,9 +87,9 @@ def test_deleting_a_note_erases_what_its_evolution_wrote_into_its_neighbours(mak
     assert [e["event"] for e in mem.store.history(ana, squeak.id)] == ["add", "unevolve"]
     assert mem.store.history(ana, bike.id)[-1]["before"] is None
     assert WORD not in everything(mem, ana, ids)
-    assert WORD not in json.dumps([n.as_dict() for n in mem.get_all(probe=face_probe(ALICE, 3))])
+    assert WORD not in json.dumps([n.as_dict() for n in mem.get_all(probe=face_probe(ANA, 3))])
     assert_vectors_embed_notes(mem, ana)
-    hits = mem.search(SECRET, probe=face_probe(ALICE, 2), k=10, links=5)
+    hits = mem.search(SECRET, probe=face_probe(ANA, 2), k=10, links=5)
     assert secret.id not in [n.id for n, _ in hits.notes]
     assert WORD not in json.dumps([n.as_dict() for n, _ in hits.notes])
     if backend == "sqlite":
@@ -92,20 +97,22 @@ def test_deleting_a_note_erases_what_its_evolution_wrote_into_its_neighbours(mak
         assert files_holding(tmp_path, needles) == {}
         mem.close()
         assert files_holding(tmp_path, needles) == {}
+    else:
+        assert vacuumed_database_files_holding(mem, needles) == {}
 
 
 @BOTH_STORES
 def test_updating_a_note_erases_what_its_old_text_wrote_into_its_neighbours(make_memory, face_probe, text_encoder):
     mem = make_memory("purge-update.db", llm=Copycat(text_encoder))
-    ana = mem.enroll("ana", [face_probe(ALICE, 0), face_probe(ALICE, 1)]).id
+    ana = mem.enroll("ana", [face_probe(ANA, 0), face_probe(ANA, 1)]).id
     bike, squeak, secret, roof, before = shed(mem, ana)
 
-    mem.update(secret.id, "The garden shed padlock was replaced", probe=face_probe(ALICE, 3))
+    mem.update(secret.id, "The garden shed padlock was replaced", probe=face_probe(ANA, 3))
 
     for note in (bike, squeak):
         assert fields(mem, ana, note.id) == before[note.id]
     assert WORD not in everything(mem, ana, [bike.id, squeak.id, roof.id])
-    assert WORD not in json.dumps([n.as_dict() for n in mem.get_all(probe=face_probe(ALICE, 3))])
+    assert WORD not in json.dumps([n.as_dict() for n in mem.get_all(probe=face_probe(ANA, 3))])
     assert WORD in json.dumps(mem.store.history(ana, secret.id))  # its own history keeps its old text until deleted
     neighbours = [fields(mem, ana, i) for i in (bike.id, squeak.id)] + [mem.store.history(ana, bike.id)]
     assert "replaced" not in json.dumps(neighbours)  # the new text does not re-run evolution
@@ -115,7 +122,7 @@ def test_updating_a_note_erases_what_its_old_text_wrote_into_its_neighbours(make
 @BOTH_STORES
 def test_restoration_is_per_neighbour_when_several_notes_evolved_it(make_memory, face_probe, text_encoder):
     mem = make_memory("purge-many.db", llm=Copycat(text_encoder))
-    ana = mem.enroll("ana", [face_probe(ALICE, 0)]).id
+    ana = mem.enroll("ana", [face_probe(ANA, 0)]).id
     base = mem.add("Rex the beagle sleeps in the kitchen", identity=ana, timestamp="2024-05-01T09:00:00")
     pristine = fields(mem, ana, base.id)
     first = mem.add("Rex chewed the red slipper", identity=ana, timestamp="2024-05-02T09:00:00")
@@ -125,14 +132,14 @@ def test_restoration_is_per_neighbour_when_several_notes_evolved_it(make_memory,
     last = mem.add("Rex loves the park by the river", identity=ana, timestamp="2024-05-04T09:00:00")
     last_fields = fields(mem, ana, last.id)
 
-    mem.delete(middle.id, probe=face_probe(ALICE, 1))
+    mem.delete(middle.id, probe=face_probe(ANA, 1))
 
     assert fields(mem, ana, base.id) == after_first  # first's evolution stays, middle's and the later one's go
     assert fields(mem, ana, first.id) == first_alone  # first was evolved from middle on: back to itself
     assert fields(mem, ana, last.id) == last_fields  # middle never evolved the note written after it
     assert "postman" not in everything(mem, ana, [base.id, first.id, middle.id, last.id])
 
-    mem.delete(first.id, probe=face_probe(ALICE, 1))
+    mem.delete(first.id, probe=face_probe(ANA, 1))
 
     assert fields(mem, ana, base.id) == pristine
     assert [e["event"] for e in mem.store.history(ana, base.id)] == ["add", "unevolve"]
@@ -146,14 +153,14 @@ def test_a_neighbour_rewritten_after_the_copy_keeps_its_new_fields_and_loses_the
     """An update re-analyses a note from its content alone: the copy left its fields then, but the update's before
     still held it; that goes, the update's fields stay."""
     mem = make_memory("purge-rewritten.db", llm=Copycat(text_encoder))
-    ana = mem.enroll("ana", [face_probe(ALICE, 0)]).id
+    ana = mem.enroll("ana", [face_probe(ANA, 0)]).id
     bike = mem.add("I keep my bicycle in the garden shed", identity=ana, timestamp="2024-04-01T09:00:00")
     secret = mem.add(SECRET, identity=ana, timestamp="2024-04-03T09:00:00")
     assert WORD in fields(mem, ana, bike.id)[0]
-    mem.update(bike.id, "I keep my bicycle in the hallway", probe=face_probe(ALICE, 1))
+    mem.update(bike.id, "I keep my bicycle in the hallway", probe=face_probe(ANA, 1))
     rewritten = fields(mem, ana, bike.id)
 
-    mem.delete(secret.id, probe=face_probe(ALICE, 1))
+    mem.delete(secret.id, probe=face_probe(ANA, 1))
 
     assert fields(mem, ana, bike.id) == rewritten
     events = mem.store.history(ana, bike.id)

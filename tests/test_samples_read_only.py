@@ -9,24 +9,21 @@ from __future__ import annotations
 
 import io
 
-import httpx
 import numpy as np
 import pytest
 from PIL import Image
 
-from biomem import BioMemory
 from biomem.client import BioMemoryClient
 from biomem.engine.demo import DEMO_HOUSEHOLD, build_demo, demo_household, sample_capture
 from biomem.engine.keys import create_key
 from biomem.engine.messages import readable
 from biomem.errors import SampleCaptureError, SampleReadOnlyError, TooManyAttemptsError
 from biomem.identity.samples import STRANGER_PALM_SEED, demo_palm
-from biomem.server import create_app, served
 from biomem.server.errors import status_of
-from biomem.settings import Settings
 from biomem.vocabulary import AttemptLimits
 
 from .conftest import BOTH_STORES
+from .shared import rest_service, written
 
 PALM = "palm-compcode"
 READ_ONLY = "Ana is one of the demo's sample people"
@@ -44,12 +41,6 @@ def demo_store(make_memory, yao_faces):
     mem = make_memory(limits="off")
     ids = build_demo(mem, household=True)
     return mem, ids, mem.enroll("Yao", yao_faces[:2], client="visitor")
-
-
-def written(mem: BioMemory) -> tuple:
-    """Everything a write could change: row counts of every table, the note total, each group's members."""
-    return (tuple(mem.store.counts().items()), mem.store.note_total(),
-            sorted((g.id, tuple(g.members)) for g in mem.store.all_groups()))
 
 
 def encoded(image: np.ndarray, form: str = "JPEG") -> bytes:
@@ -192,20 +183,18 @@ def test_the_service_refuses_both_with_a_403_that_writes_nothing(make_memory):
     mem = make_memory(limits="off")
     build_demo(mem)
     key, _ = create_key(mem.store, "agent", "agent")
-    app = create_app(mem, Settings.from_env().model_copy(update={"host": "127.0.0.1"}))
-    with served(app) as url, httpx.Client(base_url=f"{url}/v1", timeout=60,
-                                          headers={"Authorization": f"Bearer {key}"}) as http:
+    with rest_service(mem, headers={"Authorization": f"Bearer {key}"}) as (url, http):
         def ana() -> dict:
             return {"probe": ("ana.png", encoded(sample_capture(mem, "Ana"), "PNG"), "image/png")}
         before = written(mem)
-        planted = http.post("/memories", data={"text": "planted"}, files=ana())
+        planted = http.post("/v1/memories", data={"text": "planted"}, files=ana())
         assert planted.status_code == 403 and planted.json()["error"]["type"] == "SampleReadOnlyError"
         assert READ_ONLY in planted.json()["error"]["message"]
-        enrolled = http.post("/identities", data={"label": "Me"}, files=[
+        enrolled = http.post("/v1/identities", data={"label": "Me"}, files=[
             ("images", ("me.jpg", encoded(sample_capture(mem, "Stranger")), "image/jpeg"))])
         assert enrolled.status_code == 403 and enrolled.json()["error"]["type"] == "SampleCaptureError"
         assert written(mem) == before
-        found = http.post("/search", data={"query": "bank card PIN"}, files=ana()).json()
+        found = http.post("/v1/search", data={"query": "bank card PIN"}, files=ana()).json()
         assert "4821" in found["results"][0]["memory"]
         with BioMemoryClient(url, key) as client, pytest.raises(SampleReadOnlyError, match=READ_ONLY):
             client.add("planted", probe=sample_capture(mem, "Ana"))  # the client raises the engine's class

@@ -8,7 +8,6 @@ store without keys; SIGTERM and SIGINT closing the store; and a kill -9 in the m
 from __future__ import annotations
 
 import base64
-import io
 import json
 import logging
 import os
@@ -27,7 +26,6 @@ from unittest import mock
 import httpx
 import numpy as np
 import pytest
-from PIL import Image
 
 from biomem import BioMemory
 from biomem.engine.demo import build_demo, demo_capture, usable_capture
@@ -43,25 +41,9 @@ from biomem.settings import Settings
 from biomem.vocabulary import AttemptLimits
 from modalities.palmsynth import palm_capture
 
-from .conftest import create_database, drop_database
+from .shared import ANA, BEN, CHLOE, STRANGER, Tracebacks, b64, error_of, module_store, png, rest_service, written
 
-ANA, BEN, CHLOE, STRANGER = 0, 1, 2, 6  # demo_capture() people; the stranger is never enrolled
 SESSION = "X-Biomem-Session"
-
-
-def png(image: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def b64(data: bytes, mime: str = "image/png") -> dict[str, str]:
-    return {"data": base64.b64encode(data).decode(), "mime_type": mime}
-
-
-def written(mem: BioMemory) -> tuple:
-    """Everything a request could write: row counts of every table and the note total."""
-    return tuple(mem.store.counts().items()), mem.store.note_total(), len(mem.store.api_keys())
 
 
 @pytest.fixture(scope="module")
@@ -77,20 +59,13 @@ def service(request, tmp_path_factory, text_encoder, face_encoder):
     """The demo store (Ana, Ben, Chloe, enrolled as ordinary people: their probes write, where the demo's sample
     people's would not, tests/test_samples_read_only.py) with admin, agent, second-agent and revoked keys, served
     once on each store: REST, MCP and the page, as `biomem serve` builds them."""
-    if request.param == "sqlite":
-        location = tmp_path_factory.mktemp("server") / "s.db"
-    else:
-        server = request.getfixturevalue("postgres_server")
-        location = create_database(server, "server")
-        request.addfinalizer(lambda: drop_database(server, location))
-    mem = BioMemory(location, text_model=text_encoder, encoder=face_encoder, limits="off")
+    mem = BioMemory(module_store(request, tmp_path_factory, "server"), text_model=text_encoder,
+                    encoder=face_encoder, limits="off")
     ids = build_demo(mem, sample=False)
     keys = {name: create_key(mem.store, name, "admin" if name == "admin" else "agent")[0]
             for name in ("admin", "agent", "other", "revoked")}
     revoke_key(mem.store, 4)
-    settings = Settings.from_env().model_copy(update={"host": "127.0.0.1"})
-    app = create_app(mem, settings)
-    with served(app) as url, httpx.Client(base_url=url, timeout=60) as http:
+    with rest_service(mem) as (url, http):
         def call(method: str, path: str, *, key: str | None = "agent", session: str | None = None,
                  probe: bytes | None = None, **kwargs) -> httpx.Response:
             headers = {**({"Authorization": f"Bearer {keys[key]}"} if key else {}),
@@ -100,15 +75,6 @@ def service(request, tmp_path_factory, text_encoder, face_encoder):
             return http.request(method, f"/v1{path}", headers=headers, **kwargs)
         yield SimpleNamespace(url=url, mem=mem, ids=ids, keys=keys, call=call, http=http)
     mem.close()
-
-
-def error_of(response: httpx.Response, status: int, kind: str) -> dict:
-    """The JSON error of `response`, checked: status, type, a title and message, no internals."""
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert error["type"] == kind and error["title"] and error["message"]
-    assert not any(leak in response.text for leak in ("Traceback", ".py", "/tmp", "/root", "/work"))
-    return error
 
 
 def open_session(service, person_png: bytes, key: str = "agent", **data) -> dict:
@@ -456,18 +422,6 @@ def _unsent_inputs(faces, session: str) -> dict:
         "a urlencoded field twice": ("agent", "/memories", {"content": b"text=one&text=two&infer=false",
                                                             "headers": form}, "twice"),
     }
-
-
-class Tracebacks(logging.Handler):
-    """Every log record that carries a traceback, from the root logger and uvicorn's (which does not propagate)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.exc_info:
-            self.records.append(record)
 
 
 @pytest.fixture

@@ -6,63 +6,37 @@ that never existed).
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 from types import SimpleNamespace
 
 import httpx
 import numpy as np
 import pytest
-from PIL import Image
 
 from biomem import BioMemory
 from biomem.client import BioMemoryClient
 from biomem.engine.demo import build_demo, demo_capture, usable_capture
 from biomem.engine.keys import create_key
 from biomem.errors import AuthenticationError, GroupNotFoundError, InvalidInputError, UnknownIdentityError
-from biomem.server import create_app, served
 
-from .conftest import create_database, drop_database
-from .test_server import error_of
+from .shared import ANA, BEN, CHLOE, DAN, STRANGER, b64, error_of, module_store, png, rest_service, written
 
-ANA, BEN, CHLOE, DANA, STRANGER = 0, 1, 2, 3, 6  # demo_capture() people; Dana joins no household of these tests
 SESSION = "X-Biomem-Session"
 NEVER = 2**62  # a household id that never existed
 
 
-def png(image: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def b64(data: bytes) -> dict[str, str]:
-    return {"data": base64.b64encode(data).decode(), "mime_type": "image/png"}
-
-
-def written(mem: BioMemory) -> tuple:
-    """Everything a request could write: row counts of every table and the note total."""
-    return tuple(mem.store.counts().items()), mem.store.note_total()
-
-
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def house(request, tmp_path_factory, text_encoder, face_encoder):
-    """The demo store (Ana, Ben, Chloe, enrolled as ordinary people: their probes write) and Dana, an agent and
+    """The demo store (Ana, Ben, Chloe, enrolled as ordinary people: their probes write) and Dan, an agent and
     an admin key, served (REST only) on each store; raw calls and a client per key."""
-    if request.param == "sqlite":
-        location = tmp_path_factory.mktemp("groups") / "g.db"
-    else:
-        server = request.getfixturevalue("postgres_server")
-        location = create_database(server, "groups")
-        request.addfinalizer(lambda: drop_database(server, location))
-    mem = BioMemory(location, text_model=text_encoder, encoder=face_encoder, limits="off")
+    mem = BioMemory(module_store(request, tmp_path_factory, "groups"), text_model=text_encoder,
+                    encoder=face_encoder, limits="off")
     ids = build_demo(mem, sample=False)
-    ids["Dana"] = mem.enroll("Dana", [demo_capture(DANA, 0), demo_capture(DANA, 1)]).id
+    ids["Dan"] = mem.enroll("Dan", [demo_capture(DAN, 0), demo_capture(DAN, 1)]).id
     keys = {role: create_key(mem.store, role, role)[0] for role in ("agent", "admin")}
-    fresh = {p: usable_capture(face_encoder, p, range(10, 40)) for p in (ANA, BEN, CHLOE, DANA, STRANGER)}
-    clear = {p: demo_capture(p, 0) for p in (ANA, BEN, CHLOE, DANA)}
-    with served(create_app(mem, ui=False, mcp=False)) as url, httpx.Client(base_url=url, timeout=60) as http, \
+    fresh = {p: usable_capture(face_encoder, p, range(10, 40)) for p in (ANA, BEN, CHLOE, DAN, STRANGER)}
+    clear = {p: demo_capture(p, 0) for p in (ANA, BEN, CHLOE, DAN)}
+    with rest_service(mem, ui=False, mcp=False) as (url, http), \
             BioMemoryClient(url, keys["agent"]) as bm, BioMemoryClient(url, keys["admin"]) as admin:
         def call(method: str, path: str, *, key: str | None = "agent", session: str | None = None,
                  probe: np.ndarray | None = None, member: np.ndarray | None = None, **kwargs) -> httpx.Response:
@@ -137,12 +111,12 @@ def test_a_household_shares_notes_with_its_members_and_hides_one_from_chloe(hous
     assert own["scope"] is None and own["author"] == own["owner"] == ids["Ben"]
 
     by = {person: {n["id"]: n for n in found(house, person, "flat door code gift cupboard")}
-          for person in (ANA, BEN, CHLOE, DANA)}
+          for person in (ANA, BEN, CHLOE, DAN)}
     assert note["id"] in by[ANA] and note["id"] in by[BEN] and note["id"] in by[CHLOE]
     assert hidden["id"] in by[ANA] and hidden["id"] in by[BEN] and hidden["id"] not in by[CHLOE]
     assert by[BEN][note["id"]]["scope"] == gid and by[BEN][note["id"]]["author"] == ids["Ana"]
-    assert not {note["id"], hidden["id"], own["id"]} & set(by[DANA])  # a non-member with the same query
-    assert {n["owner"] for n in by[DANA].values()} == {ids["Dana"]} or not by[DANA]
+    assert not {note["id"], hidden["id"], own["id"]} & set(by[DAN])  # a non-member with the same query
+    assert {n["owner"] for n in by[DAN].values()} == {ids["Dan"]} or not by[DAN]
     assert found(house, STRANGER, "flat door code") == []
 
     # filters narrow what the gate admitted, and never widen it
@@ -154,8 +128,8 @@ def test_a_household_shares_notes_with_its_members_and_hides_one_from_chloe(hous
         "AND": [{"metadata.room": "hall"}, {"NOT": {"scope": gid}}]})} == {own["id"]}
     assert {n["id"] for n in found(house, ANA, "flat", filters={"metadata.secret": True})} == {hidden["id"]}
     assert found(house, CHLOE, "flat", filters={"metadata.secret": True}) == []
-    assert found(house, DANA, "flat", filters={"scope": gid}) == []
-    assert found(house, DANA, "flat", filters={"OR": [{"scope": gid}, {"author": ids["Ana"]}]}) == []
+    assert found(house, DAN, "flat", filters={"scope": gid}) == []
+    assert found(house, DAN, "flat", filters={"OR": [{"scope": gid}, {"author": ids["Ana"]}]}) == []
     assert found(house, BEN, "flat door code", threshold=1.0) == []
     close = found(house, BEN, "The flat's door code is 7-1-9-3", threshold=0.9)
     assert [n["id"] for n in close] == [note["id"]]
@@ -221,15 +195,15 @@ def test_a_member_leaves_or_is_removed_and_the_household_goes_with_its_last_memb
 def test_a_non_member_learns_nothing_of_a_household(house):
     ids = house.ids
     gid = household(house, "Cabin", ANA, BEN)["id"]
-    dana, png_dana = house.clear[DANA], b64(house.png[DANA])
+    dan, png_dan = house.clear[DAN], b64(house.png[DAN])
     before = written(house.mem)
-    calls = {  # each call as Dana, with the household's id and with one that never existed
-        "join": lambda g: house.call("POST", f"/groups/{g}/members", probe=dana, member=dana),
-        "remove": lambda g: house.call("DELETE", f"/groups/{g}/members/{ids['Ana']}", json={"probe": png_dana}),
-        "leave": lambda g: house.call("DELETE", f"/groups/{g}/members/{ids['Dana']}", probe=dana),
-        "delete": lambda g: house.call("DELETE", f"/groups/{g}", probe=dana),
-        "write": lambda g: house.call("POST", "/memories", json={"text": "planted", "scope": g, "probe": png_dana}),
-        "hide": lambda g: house.call("POST", "/memories", json={"text": "planted", "scope": g, "probe": png_dana,
+    calls = {  # each call as Dan, with the household's id and with one that never existed
+        "join": lambda g: house.call("POST", f"/groups/{g}/members", probe=dan, member=dan),
+        "remove": lambda g: house.call("DELETE", f"/groups/{g}/members/{ids['Ana']}", json={"probe": png_dan}),
+        "leave": lambda g: house.call("DELETE", f"/groups/{g}/members/{ids['Dan']}", probe=dan),
+        "delete": lambda g: house.call("DELETE", f"/groups/{g}", probe=dan),
+        "write": lambda g: house.call("POST", "/memories", json={"text": "planted", "scope": g, "probe": png_dan}),
+        "hide": lambda g: house.call("POST", "/memories", json={"text": "planted", "scope": g, "probe": png_dan,
                                                                 "hidden_from": [ids["Ana"]]}),
     }
     for name, call in calls.items():
@@ -238,7 +212,7 @@ def test_a_non_member_learns_nothing_of_a_household(house):
         assert member_of.content == never.content, name  # the same body, byte for byte
         assert str(gid) not in member_of.text and str(NEVER) not in never.text
         assert "Cabin" not in member_of.text and "Ana" not in member_of.text
-    assert gid not in {g["id"] for g in house.call("POST", "/groups/mine", probe=house.fresh[DANA]).json()["results"]}
+    assert gid not in {g["id"] for g in house.call("POST", "/groups/mine", probe=house.fresh[DAN]).json()["results"]}
     assert written(house.mem) == before
 
 
@@ -263,7 +237,7 @@ def test_bad_bodies_are_a_422_that_names_the_field_and_writes_nothing(house):
         "hidden_from of words": ("/memories", {**note, "scope": gid, "hidden_from": ["chloe"]}, "hidden_from"),
         "hidden_from without scope": ("/memories", {**note, "hidden_from": [house.ids["Ben"]]}, "scope"),
         "hidden from oneself": ("/memories", {**note, "scope": gid, "hidden_from": [house.ids["Ana"]]}, "yourself"),
-        "hidden from a stranger to it": ("/memories", {**note, "scope": gid, "hidden_from": [house.ids["Dana"]]},
+        "hidden from a stranger to it": ("/memories", {**note, "scope": gid, "hidden_from": [house.ids["Dan"]]},
                                          "not members"),
         "a scope of zero": ("/memories", {**note, "scope": 0}, "scope"),
         "a user id on a household": ("/groups", {"label": "X", "probe": ana, "user_id": "ana"}, "user_id"),
@@ -306,8 +280,8 @@ def test_an_agent_cannot_use_the_operator_s_routes(house):
     ids = house.ids
     gid = household(house, "Porch", ANA, BEN)["id"]
     before = written(house.mem)
-    for method, path, body in (("POST", "/admin/groups", {"label": "Planted", "identity": ids["Dana"]}),
-                               ("POST", f"/admin/groups/{gid}/members", {"identity": ids["Dana"]}),
+    for method, path, body in (("POST", "/admin/groups", {"label": "Planted", "identity": ids["Dan"]}),
+                               ("POST", f"/admin/groups/{gid}/members", {"identity": ids["Dan"]}),
                                ("DELETE", f"/admin/groups/{gid}/members/{ids['Ben']}", None),
                                ("DELETE", f"/admin/groups/{gid}", None)):
         error_of(house.call(method, path, json=body), 403, "NotAuthorisedError")
@@ -318,20 +292,20 @@ def test_an_agent_cannot_use_the_operator_s_routes(house):
 
 def test_the_operator_acts_by_id_and_sees_households_in_the_counts(house):
     ids = house.ids
-    created = house.call("POST", "/admin/groups", key="admin", json={"label": "Office", "identity": ids["Dana"]})
+    created = house.call("POST", "/admin/groups", key="admin", json={"label": "Office", "identity": ids["Dan"]})
     assert created.status_code == 201, created.text
     gid = created.json()["id"]
-    assert created.json()["members"] == [ids["Dana"]]
+    assert created.json()["members"] == [ids["Dan"]]
     added = house.call("POST", f"/admin/groups/{gid}/members", key="admin", json={"identity": ids["Chloe"]}).json()
-    assert roster(added) == {ids["Dana"]: "Dana", ids["Chloe"]: "Chloe"}
+    assert roster(added) == {ids["Dan"]: "Dan", ids["Chloe"]: "Chloe"}
     imported = house.call("POST", "/memories", key="admin", json={"text": "The office plant needs water on Mondays",
                                                                     "identity": gid, "infer": False})
     assert imported.status_code == 201, imported.text
     assert imported.json()["results"][0]["scope"] == gid and imported.json()["results"][0]["author"] is None
-    assert imported.json()["results"][0]["id"] in {n["id"] for n in found(house, DANA, "office plant water")}
+    assert imported.json()["results"][0]["id"] in {n["id"] for n in found(house, DAN, "office plant water")}
     store = house.call("GET", "/health", key="admin").json()["store"]
     assert store["per_group"][f"{gid}: Office"]["notes"] == 1
-    assert sorted(store["per_group"][f"{gid}: Office"]["members"]) == sorted([ids["Dana"], ids["Chloe"]])
+    assert sorted(store["per_group"][f"{gid}: Office"]["members"]) == sorted([ids["Dan"], ids["Chloe"]])
 
     before = written(house.mem)
     error_of(house.call("POST", "/admin/groups", key="admin", json={"label": "X", "identity": 999_999}),
@@ -351,10 +325,10 @@ def test_the_operator_acts_by_id_and_sees_households_in_the_counts(house):
     assert written(house.mem) == before
 
     removed = house.call("DELETE", f"/admin/groups/{gid}/members/{ids['Chloe']}", key="admin").json()
-    assert removed["group"]["members"] == [ids["Dana"]] and not removed["deleted"]
+    assert removed["group"]["members"] == [ids["Dan"]] and not removed["deleted"]
     assert house.call("DELETE", f"/admin/groups/{gid}", key="admin").json() == {"id": gid, "deleted": True}
     assert f"{gid}: Office" not in house.call("GET", "/health", key="admin").json()["store"]["per_group"]
-    assert not [n for n in found(house, DANA, "office plant water") if n["scope"] == gid]
+    assert not [n for n in found(house, DAN, "office plant water") if n["scope"] == gid]
 
 
 def test_the_openapi_document_describes_the_household_routes(house):
@@ -393,7 +367,7 @@ def test_the_client_mirrors_the_household_calls(house):
     assert {n.id for n, _ in chloe.notes} == {note.id, mine.id}
     ben = bm.search("boathouse key party", probe=fresh[BEN], k=50, filters={"scope": group.id})
     assert {n.id for n, _ in ben.notes} == {note.id, secret.id}
-    assert bm.search("boathouse key", probe=fresh[DANA], filters={"scope": group.id}).notes == []
+    assert bm.search("boathouse key", probe=fresh[DAN], filters={"scope": group.id}).notes == []
     assert bm.search("boathouse key", probe=fresh[BEN], threshold=1.0).notes == []
     paged = [bm.get_all(probe=clear[BEN], filters={"scope": group.id}, page=page, page_size=1) for page in (1, 2, 3)]
     assert [[n.id for n in page] for page in paged] == [[note.id], [secret.id], []]
@@ -406,16 +380,16 @@ def test_the_client_mirrors_the_household_calls(house):
         assert shared.scope == group.id and shared.author == ids["Chloe"]
 
     with pytest.raises(GroupNotFoundError) as raised:
-        bm.add_member(group.id, probe=clear[DANA], member_probe=clear[DANA])
+        bm.add_member(group.id, probe=clear[DAN], member_probe=clear[DAN])
     assert raised.value.status == 404
     with pytest.raises(GroupNotFoundError):
-        bm.delete_group(NEVER, probe=clear[DANA])
+        bm.delete_group(NEVER, probe=clear[DAN])
     with pytest.raises(InvalidInputError):
         bm.add("x", probe=fresh[BEN], metadata={"a": {"b": 1}})
     with pytest.raises(InvalidInputError):
         bm.search("x", probe=fresh[BEN], filters={"nope": 1})
     with pytest.raises(AuthenticationError) as refused:
-        bm.create_group("Planted", identity=ids["Dana"])  # an agent key: the operator's route is closed
+        bm.create_group("Planted", identity=ids["Dan"])  # an agent key: the operator's route is closed
     assert refused.value.status == 403
     with pytest.raises(InvalidInputError):
         bm.remove_member(group.id, ids["Chloe"])  # neither a probe nor operator=True
@@ -426,12 +400,12 @@ def test_the_client_mirrors_the_household_calls(house):
     assert bm.delete_group(group.id, probe=clear[BEN]) == group.id
     assert bm.search("boathouse key", probe=fresh[BEN], filters={"scope": group.id}).notes == []
 
-    office = admin.create_group("Shed", identity=ids["Dana"])
+    office = admin.create_group("Shed", identity=ids["Dan"])
     office = admin.add_member(office.id, identity=ids["Ana"])
-    assert sorted(office.member_labels) == ["Ana", "Dana"]
-    assert admin.remove_member(office.id, ids["Ana"], operator=True).members == [ids["Dana"]]
-    assert admin.remove_member(office.id, ids["Dana"], operator=True) is None  # the last member: erased
+    assert sorted(office.member_labels) == ["Ana", "Dan"]
+    assert admin.remove_member(office.id, ids["Ana"], operator=True).members == [ids["Dan"]]
+    assert admin.remove_member(office.id, ids["Dan"], operator=True) is None  # the last member: erased
     with pytest.raises(UnknownIdentityError):
         admin.delete_group(office.id, operator=True)
-    shed = admin.create_group("Shed", identity=ids["Dana"])
+    shed = admin.create_group("Shed", identity=ids["Dan"])
     assert admin.delete_group(shed.id, operator=True) == shed.id
