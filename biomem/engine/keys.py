@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidInputError
-from ..stores import MemoryStore
+from ..stores import KeyStore
 from ..vocabulary import KEY_ROLES
 
 PREFIX = "bm_"
@@ -42,7 +42,7 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def create_key(store: MemoryStore, name: str, role: str = "agent") -> tuple[str, ApiKey]:
+def create_key(store: KeyStore, name: str, role: str = "agent") -> tuple[str, ApiKey]:
     """A new key: (the secret, to hand over once; its ApiKey)."""
     if role not in KEY_ROLES:
         raise InvalidInputError(f"role must be one of {', '.join(KEY_ROLES)}, got {role!r}")
@@ -53,7 +53,7 @@ def create_key(store: MemoryStore, name: str, role: str = "agent") -> tuple[str,
     return secret, ApiKey(key_id, name.strip(), role)
 
 
-def authenticate(store: MemoryStore, secret: Any) -> ApiKey | None:
+def authenticate(store: KeyStore, secret: Any) -> ApiKey | None:
     """The unrevoked key `secret` is, else None (looked up by digest, so timing says nothing about it)."""
     if not isinstance(secret, str) or not secret.startswith(PREFIX) or len(secret) > 200:
         return None
@@ -61,16 +61,16 @@ def authenticate(store: MemoryStore, secret: Any) -> ApiKey | None:
     return ApiKey(*row) if row else None
 
 
-def revoke_key(store: MemoryStore, key_id: int) -> bool:
+def revoke_key(store: KeyStore, key_id: int) -> bool:
     """Revoke key `key_id` at once; False when no such unrevoked key exists."""
     return store.revoke_api_key(key_id)
 
 
-def list_keys(store: MemoryStore) -> list[dict[str, Any]]:
+def list_keys(store: KeyStore) -> list[dict[str, Any]]:
     """Every key ever made: id, name, role, prefix, created, revoked (never the secret)."""
     return store.api_keys()
 
 
-def any_keys(store: MemoryStore) -> bool:
+def any_keys(store: KeyStore) -> bool:
     """Whether an unrevoked key exists (without one, the service binds only to 127.0.0.1)."""
     return store.api_keys_in_use()

@@ -8,11 +8,11 @@ import modalities
 from ..errors import DisclosureError, InvalidInputError, StoreCorruptError
 from ..identity.encoders import EncoderCache
 from ..notes.textenc import TextEncoder
-from ..stores import MemoryStore
+from ..stores import IdentityStore, StoreCore
 from ..vocabulary import DISCLOSURES
 
 
-def check_disclosure(store: MemoryStore, mode: str, force: bool) -> str:
+def check_disclosure(store: IdentityStore, mode: str, force: bool) -> str:
     """`mode`, a known disclosure; DisclosureError for "demo" (labels and scores shown) over real enrolments
     unless `force`."""
     if mode not in DISCLOSURES:
@@ -24,7 +24,7 @@ def check_disclosure(store: MemoryStore, mode: str, force: bool) -> str:
     return mode
 
 
-def check_text_model(store: MemoryStore, text: TextEncoder) -> None:
+def check_text_model(store: StoreCore, text: TextEncoder) -> None:
     """Record the text model of a new store; StoreCorruptError when the store's notes have another dimension."""
     dim = store.get_meta("text_dim")
     if dim is None:
@@ -35,7 +35,7 @@ def check_text_model(store: MemoryStore, text: TextEncoder) -> None:
                                 f" {text.name!r} makes {text.dim}-d ones")
 
 
-def default_modality(store: MemoryStore, chosen: str | None, fallback: str, encoders: EncoderCache) -> str:
+def default_modality(store: StoreCore, chosen: str | None, fallback: str, encoders: EncoderCache) -> str:
     """The modality a probe that names none is read as: `chosen` (the caller's), else the store's, else `fallback`.
     A new store records it when it is a registered (or given) encoder: a misspelt --encoder must not become the
     store's encoder for good, and an unregistered name (precomputed probes in the evaluation) is used for this

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import NoteNotFoundError
-from ..stores import MemoryStore, SearchIndex
+from ..stores import NoteStore, SearchIndex
 from ..stores.base import Within
 from ..stores.records import Note
 from .llm import LLM, Draft
@@ -35,7 +35,7 @@ def embedding_text(content: str, context: str, keywords: Sequence[str], tags: Se
 class MemoryAgent:
     """Writes notes of one owner at a time through the store, keeping partitions in step."""
 
-    def __init__(self, store: MemoryStore, partitions: SearchIndex, text: TextEncoder, llm: LLM, *,
+    def __init__(self, store: NoteStore, partitions: SearchIndex, text: TextEncoder, llm: LLM, *,
                  neighbours: int = 5) -> None:
         self.store = store
         self.partitions = partitions

@@ -23,7 +23,7 @@ from ..engine import access
 from ..engine.keys import ApiKey, any_keys, authenticate
 from ..engine.origins import admitted, loopback  # noqa: F401  (loopback: re-exported for the CLI)
 from ..identity.limits import client_keys
-from ..stores import MemoryStore
+from ..stores import KeyStore
 from .errors import ApiError
 
 ANONYMOUS = "anonymous"  # what sessions are bound to on a store without keys (loopback only)
@@ -70,13 +70,13 @@ def address_of(request: Request, trust_proxy: bool) -> list[str]:
     return client_keys(None, host, request.headers.get("x-forwarded-for"), trust_proxy=trust_proxy)
 
 
-def open_without_key(store: MemoryStore, local: bool) -> bool:
+def open_without_key(store: KeyStore, local: bool) -> bool:
     """Whether a request without a key is served: only on a loopback-bound server whose store holds no
     unrevoked key (revoking the last key of a public server does not open it)."""
     return local and not any_keys(store)
 
 
-def caller_key(store: MemoryStore, secret: str | None, local: bool) -> ApiKey | None:
+def caller_key(store: KeyStore, secret: str | None, local: bool) -> ApiKey | None:
     """The ApiKey of `secret`; LOCAL_KEY for no secret when open_without_key; else None (refused).
     The one key policy of both doors, /v1 and /mcp."""
     if secret is not None:
@@ -84,7 +84,7 @@ def caller_key(store: MemoryStore, secret: str | None, local: bool) -> ApiKey | 
     return LOCAL_KEY if open_without_key(store, local) else None
 
 
-def authenticator(store: MemoryStore, local: bool) -> Callable[[str | None], ApiKey | None]:
+def authenticator(store: KeyStore, local: bool) -> Callable[[str | None], ApiKey | None]:
     """caller_key over `store`, as a function of the secret alone (what the MCP endpoint takes)."""
     return lambda secret: caller_key(store, secret, local)
 
