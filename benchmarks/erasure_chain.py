@@ -1,6 +1,6 @@
 """What deleting a note costs when its evolution is taken back down the chain, against the first step alone.
 
-    python benchmarks/erasure_chain.py [--notes 2000] [--out benchmarks/results/erasure_chain.json]
+    python -m benchmarks.erasure_chain [--notes 2000] [--out benchmarks/results/erasure_chain.json]
 
 One owner's partition of `--notes` notes, each added with an LLM that evolves every time (it strengthens the new
 note's tags and rewrites its 5 neighbours' contexts): the worst case, in which almost every later note read text
@@ -12,20 +12,17 @@ whole chain (MemoryAgent.take_back), with the notes each undoes. Prints a table,
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from biomem import BioMemory, Probe  # noqa: E402
-from biomem.notes.llm import Evolution, OfflineLLM  # noqa: E402
-from biomem.notes.textenc import TextEncoder  # noqa: E402
+from benchmarks.common import RESULTS, write_result
+from biomem import BioMemory, Probe
+from biomem.notes.llm import Evolution, OfflineLLM
+from biomem.notes.textenc import TextEncoder
 
 MODALITY = "face-bench"  # a precomputed probe: this measures the notes, not a camera
 WORDS = ["garden", "bike", "river", "dog", "kitchen", "work", "train", "music", "book", "coffee"]
@@ -50,7 +47,7 @@ def open_memory(path: Path, text: TextEncoder) -> BioMemory:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--notes", type=int, default=2000)
-    parser.add_argument("--out", default="benchmarks/results/erasure_chain.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "erasure_chain.json")
     args = parser.parse_args()
     text = TextEncoder()
     person = np.random.default_rng(0).standard_normal(64).astype(np.float32)
@@ -85,8 +82,7 @@ def main() -> None:
         first, chain = row["first_step"], row["chain"]
         print(f"| {row['position']} | {first['seconds']:.3f} ({first['notes']}) | {chain['seconds']:.3f} "
               f"({chain['notes']}) | {row['ratio']:.1f}x |")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"notes": args.notes, "ingest_seconds": ingest, "rows": rows}, indent=2))
+    write_result(args.out, {"notes": args.notes, "ingest_seconds": ingest, "rows": rows})
 
 
 if __name__ == "__main__":

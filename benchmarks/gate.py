@@ -1,7 +1,7 @@
 """The gate as identities grow: the exact scan, the int8 screen and the candidate path, beside the bare scan.
 
-    HF_HUB_OFFLINE=1 python benchmarks/gate.py                       # the ladder below, ~1-2 h on 2 shared cores
-    HF_HUB_OFFLINE=1 python benchmarks/gate.py --ladder 10000:5:512 --probes 500 --skip-crossover   # minutes
+    python -m benchmarks.gate                       # the ladder below, ~1-2 h on 2 shared cores
+    python -m benchmarks.gate --ladder 10000:5:512 --probes 500 --skip-crossover   # minutes
 
 Each rung PEOPLE:CAPTURES:DIM (default 10000:1:128, the shape earlier benchmarks measured, then 10000:1:512,
 10000:5:512, 100000:1:512, 100000:5:512) enrols synthetic face-like templates (biomem.identity.candidates.
@@ -46,34 +46,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
-from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
+from benchmarks.common import RESULTS, command, log, write_result
+from benchmarks.machine import machine_info
+from biomem.identity import candidates
+from biomem.identity.candidates import CandidateIndex, cosines
+from biomem.identity.gate import DEFAULT_MARGINS, Gate, GateResult, Probe
+from biomem.identity.synthetic import ArrayTemplates, SyntheticFaces
 
-from biomem.identity import candidates  # noqa: E402
-from biomem.identity.candidates import CandidateIndex, cosines  # noqa: E402
-from biomem.identity.gate import DEFAULT_MARGINS, Gate, GateResult, Probe  # noqa: E402
-from biomem.identity.synthetic import ArrayTemplates, SyntheticFaces  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
 TAU = 0.4291  # face-arcface-s's calibrated τ (docs/gate.md)
 DELTA = DEFAULT_MARGINS["face-arcface-s"]
 BAND = 0.50 - TAU  # near 1.0 × (step-up τ 0.50 − τ)
 MODALITY = "face-synthetic"
 DEFAULT_LADDER = "10000:1:128,10000:1:512,10000:5:512,100000:1:512,100000:5:512"
 PATHS = {"exact": None, "identify": TAU, "before": TAU}
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def ms(values: list[float], q: float) -> float:
@@ -105,7 +97,7 @@ def score_percentiles(scores: np.ndarray) -> list[float]:
 
 def rung(people: int, captures: int, dim: int, probes: int, seed: int, threads: int,
          shuffle: bool = False) -> dict[str, Any]:
-    say(f"rung {people:,} x {captures} x {dim}: enrolling")
+    log(f"rung {people:,} x {captures} x {dim}: enrolling")
     faces = SyntheticFaces(dim=dim, seed=seed)
     ids, matrix, centres = faces.gallery(people, captures)
     store = ArrayTemplates(ids, matrix, MODALITY)
@@ -114,7 +106,7 @@ def rung(people: int, captures: int, dim: int, probes: int, seed: int, threads: 
     started = time.perf_counter()
     _ = templates.screen  # what the background refresh makes first
     screen_build = time.perf_counter() - started
-    say(f"screened in {screen_build:.2f} s; building the index over {len(ids):,} templates on {threads} thread(s)")
+    log(f"screened in {screen_build:.2f} s; building the index over {len(ids):,} templates on {threads} thread(s)")
     started = time.perf_counter()
     index = CandidateIndex(templates, threads=threads)
     build = time.perf_counter() - started
@@ -167,7 +159,7 @@ def rung(people: int, captures: int, dim: int, probes: int, seed: int, threads: 
             started = time.perf_counter()
             gate.decide(probe, TAU, "best", DELTA, TAU)
             back[kind].append(time.perf_counter() - started)
-    say("incremental updates")
+    log("incremental updates")
     store.enrol(people + 1, faces.captures(np.repeat(faces.centres(1), captures, axis=0)))
     started = time.perf_counter()
     updated = index.update(gate._templates(MODALITY))
@@ -188,7 +180,7 @@ def rung(people: int, captures: int, dim: int, probes: int, seed: int, threads: 
         "identify_back_to_back_p50_ms": {k: ms(v[20:], 50) for k, v in back.items()},
         "paths": {"identify": dict(gate.paths), "before": dict(old.paths)},
     }
-    say(f"rung done: build {build:.1f} s, mismatches {mismatches}")
+    log(f"rung done: build {build:.1f} s, mismatches {mismatches}")
     return row
 
 
@@ -224,7 +216,7 @@ def crossover(seed: int, probes: int) -> list[dict[str, Any]]:
                         spent[name].append(time.perf_counter() - started)
                 row[kind] = {f"{name}_p50_ms": ms(v[10:], 50) for name, v in spent.items()}
             rows.append(row)
-            say(f"crossover {n:,} x {dim}: {row['genuine']} / {row['stranger']}")
+            log(f"crossover {n:,} x {dim}: {row['genuine']} / {row['stranger']}")
     return rows
 
 
@@ -256,7 +248,7 @@ def calibration_scores() -> dict[str, list[float]] | None:
 
         report = calibrate_samples("face-arcface-s")
     except Exception as error:  # no sample faces or weights offline: the synthetic scores stand alone
-        say(f"calibration skipped: {error}")
+        log(f"calibration skipped: {error}")
         return None
     return {"genuine": score_percentiles(np.asarray(report.genuine_scores)),
             "impostor": score_percentiles(np.asarray(report.impostor_scores)),
@@ -306,12 +298,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-crossover", action="store_true")
     ap.add_argument("--skip-calibration", action="store_true")
     ap.add_argument("--restart", action="store_true", help="time an SQLite store's templates() at 10000:5:512")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gate.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "gate.json")
     args = ap.parse_args(argv)
     started = time.time()
     results: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info("hnswlib"),
-        "command": "python benchmarks/gate.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": command("gate", argv),
         "tau": TAU, "delta": DELTA, "band": round(BAND, 4),
         "index": {"M": candidates.M, "ef_construction": candidates.EF_CONSTRUCTION, "k": candidates.K,
                   "widen": candidates.WIDEN, "k_rest": candidates.K_REST, "ef_query": candidates.EF_QUERY,
@@ -337,8 +329,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{g[f'{name}_p50_ms']} / {x[f'{name}_p50_ms']} ms" for name in ("exact", "screen", "identify")) + " |")
     print(f"\nscores: {json.dumps(results['scores'])}")
     print(f"wall time {results['wall_s']} s; JSON: {args.out}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2, default=float) + "\n")
+    write_result(args.out, results, default=float)
     return 0
 
 

@@ -1,6 +1,6 @@
 """hnswlib recall@10 on real all-MiniLM-L6-v2 vectors: LoCoMo turns as notes, its questions as queries.
 
-    python benchmarks/hnsw_recall.py [--data ../shared/data/locomo/locomo10.json] [--queries 400]
+    python -m benchmarks.hnsw_recall [--data ../shared/data/locomo/locomo10.json] [--queries 400]
 
 retrieval.py measures hnsw on uniformly random vectors, the worst case for a graph index;
 this measures it on the distribution the engine really indexes. All turns form one
@@ -11,31 +11,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import hnswlib
+import numpy as np
 
-import hnswlib  # noqa: E402
-import numpy as np  # noqa: E402
-
-from biomem.notes.agent import embedding_text  # noqa: E402
-from biomem.notes.llm import OfflineLLM  # noqa: E402
-from biomem.notes.textenc import TextEncoder  # noqa: E402
+from benchmarks.common import LOCOMO, RESULTS, write_result
+from biomem.notes.agent import embedding_text
+from biomem.notes.llm import OfflineLLM
+from biomem.notes.textenc import TextEncoder
 
 SETTINGS = ((16, 200, 128), (32, 400, 256))  # (M, ef_construction, ef_search); the last is the engine's
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo"
-                                              / "locomo10.json"))
+    parser.add_argument("--data", type=Path, default=LOCOMO)
     parser.add_argument("--queries", type=int, default=400)
-    parser.add_argument("--out", default="benchmarks/results/hnsw_recall.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "hnsw_recall.json")
     args = parser.parse_args()
 
-    data = json.loads(Path(args.data).read_text())
+    data = json.loads(args.data.read_text())
     turns = [f"{t['speaker']}: {t['text']}" for c in data for key, session in c["conversation"].items()
              if key.startswith("session_") and isinstance(session, list) for t in session]
     questions = [q["question"] for c in data for q in c["qa"] if q["category"] in (1, 2, 4)][:args.queries]
@@ -67,9 +64,7 @@ def main() -> None:
     for r in rows:
         print(f"| {r['M']} | {r['ef_construction']} | {r['ef_search']} | {r['notes']} | {r['queries']} "
               f"| {r['recall_at_10']:.4f} ({r['recall_min']:.1f}) | {r['build_s']:.2f} | {r['query_ms']:.3f} |")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"encode_s": encode_s, "rows": rows}, indent=2))
+    out = write_result(args.out, {"encode_s": encode_s, "rows": rows})
     print(f"\nwrote {out}")
 
 

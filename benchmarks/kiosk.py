@@ -1,7 +1,7 @@
 """Kiosk replay: a crowd of strangers and the owners at one device, and a dictionary attacker at it, under the
 default attempt limits.
 
-    python benchmarks/kiosk.py [--strangers 300] [--encoder face-arcface-s] [--out FILE]
+    python -m benchmarks.kiosk [--strangers 300] [--encoder face-arcface-s] [--out FILE]
 
 The demo store (Ana, Ben and Chloe, faces only, biomem.engine.demo.build_demo) is asked "What is my bank card
 PIN?" through BioMemory.ask by one client (one session, one address: a kiosk) on an injected clock. The strangers
@@ -24,7 +24,6 @@ N × FMR(τ) × misses (the FMR the limiter uses: the calibration stored with τ
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import tempfile
@@ -32,25 +31,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="biomem-kiosk-config-")  # the template key goes here
+import numpy as np
+
+import modalities
+from benchmarks.common import RESULTS, arguments, write_result
+from benchmarks.machine import machine_info
+from biomem import BioMemory
+from biomem.engine.demo import DEMO_PEOPLE, build_demo, demo_capture
+from biomem.errors import MultipleFacesError, NoFaceError, TooManyAttemptsError
+from biomem.identity.gate import Probe
+from biomem.identity.limits import AttemptLimiter
+from biomem.identity.samples import augment, calibration_faces
+from biomem.notes.textenc import TextEncoder
+from biomem.vocabulary import AttemptLimits
+
+# read when a store opens: the template key goes to a throw-away folder, and the limits are BioMemory's defaults
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="biomem-kiosk-config-")
 for _name in ("BIOMEM_KEY", "BIOMEM_KEY_FILE", "BIOMEM_ATTEMPTS"):  # BioMemory's defaults, not the caller's
     os.environ.pop(_name, None)
 
-import numpy as np  # noqa: E402
-from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
-
-import modalities  # noqa: E402
-from biomem import BioMemory  # noqa: E402
-from biomem.engine.demo import DEMO_PEOPLE, build_demo, demo_capture  # noqa: E402
-from biomem.errors import MultipleFacesError, NoFaceError, TooManyAttemptsError  # noqa: E402
-from biomem.identity.gate import Probe  # noqa: E402
-from biomem.identity.limits import AttemptLimiter  # noqa: E402
-from biomem.identity.samples import augment, calibration_faces  # noqa: E402
-from biomem.notes.textenc import TextEncoder  # noqa: E402
-from biomem.vocabulary import AttemptLimits  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "What is my bank card PIN?"
 CLIENT = ("session:kiosk", "address:203.0.113.9")
 PACES = {"crowd": (2.0, 15), "rush": (4.0, 5), "steady": (30.0, 5)}  # seconds between strangers, owner turn
@@ -166,7 +165,7 @@ def main() -> None:
     parser.add_argument("--strangers", type=int, default=300, help="stranger asks per pace")
     parser.add_argument("--encoder", default="face-arcface-s", help="face encoder of the store and the probes")
     parser.add_argument("--seed", type=int, default=0, help="seed of the steady pace's gaps and owner turns")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "kiosk.json"))
+    parser.add_argument("--out", type=Path, default=RESULTS / "kiosk.json")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     began = time.perf_counter()
@@ -191,11 +190,10 @@ def main() -> None:
               f"| {', '.join(r['guarded']) or 'nobody'} "
               f"| {r['daily_budget']} ({r['enrolled']}) | {r['expected_false_admissions_bound']:.3f} "
               f"| {r['span_h']:.1f} h |")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine_info("onnxruntime"), "args": vars(args), "question": QUESTION,
-                               "stranger_captures": len(strangers), "limits": str(AttemptLimits()),
-                               "total_wall_s": total, "rows": rows}, indent=2, default=float))
+    out = write_result(args.out, {"machine": machine_info("onnxruntime"), "args": arguments(args),
+                                  "question": QUESTION, "stranger_captures": len(strangers),
+                                  "limits": str(AttemptLimits()), "total_wall_s": total, "rows": rows},
+                       default=float)
     print(f"\nwrote {out} ({total:.0f} s in all)")
 
 

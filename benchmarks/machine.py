@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import sqlite3
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -43,3 +44,12 @@ def machine_info(*packages: str) -> dict[str, Any]:
         "platform": platform.platform(), "python": platform.python_version(), "numpy": np.__version__,
         "blas": blas, **{name: pkg_version(name) for name in packages},
     }
+
+
+def search_machine_info() -> dict[str, Any]:
+    """The machine, plus what moves the search benchmarks' numbers (retrieval, peers): SQLite, torch and its
+    threads."""
+    import torch
+
+    return {**machine_info("hnswlib", "sentence-transformers", "sqlite-utils"), "sqlite": sqlite3.sqlite_version,
+            "torch": torch.__version__, "torch_threads": torch.get_num_threads()}

@@ -1,19 +1,19 @@
 """Bio-Memory beside what a user would install instead: Mem0, Chroma, LanceDB, pgvector (and Qdrant), on the same
 memories, in one run.
 
-    PYTHONPATH=. HF_HUB_OFFLINE=1 /tmp/peers-venv/bin/python benchmarks/peers.py --quick   # 10,000 / 100
-    PYTHONPATH=. HF_HUB_OFFLINE=1 /tmp/peers-venv/bin/python benchmarks/peers.py           # 100k / 1k, 1M / 10k
+    /tmp/peers-venv/bin/python -m benchmarks.peers --quick   # 10,000 / 100
+    /tmp/peers-venv/bin/python -m benchmarks.peers           # 100k / 1k, 1M / 10k
 
 The peers live in an optional extra (`pip install -e .[peers]`, or the venv of benchmarks/README.md); a peer
-that is not installed is skipped with a line saying so. One data set per rung: retrieval.py's SyntheticStore (N
+that is not installed is skipped with a line saying so. One data set per rung: corpus.py's SyntheticStore (N
 notes spread evenly over U people, synthetic note texts, random unit-norm 384-d vectors standing in for
 all-MiniLM-L6-v2 embeddings, which it also writes into Bio-Memory's SQLite store), the same texts, vectors and
 owners loaded into every peer (person j is user_id "person-j") and into Bio-Memory on PostgreSQL
-(pg_retrieval.bulk_load). Every load uses the cached vectors (Mem0's embedder answers from them while loading).
+(pg_server.bulk_load). Every load uses the cached vectors (Mem0's embedder answers from them while loading).
 Queries: random unit-norm vectors for random owners, timed two ways: from the cached vector, and from a text
 through an embedder (the peers: sentence-transformers' all-MiniLM-L6-v2, Mem0 through its own huggingface
 embedder; Bio-Memory: its own TextEncoder). Bio-Memory's search starts from a genuine probe of the owner (a
-capture at the genuine scores' median, retrieval.py's Gallery): the gate is timed with it. A second row times it
+capture at the genuine scores' median, corpus.py's Gallery): the gate is timed with it. A second row times it
 after the gate, in a session each person's probe opened once (untimed), as a caller holding a user_id would be.
 Every system's searches are interleaved in rotating order, one query at a time; a lane (system, vector or text)
 past --search-budget seconds takes no more queries, and a peer past its --load-budget stops loading and is not
@@ -28,12 +28,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import json
 import os
 import re
 import secrets
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -41,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from machine import pkg_version  # benchmarks/machine.py
-from retrieval import (  # benchmarks/retrieval.py: the data set, the people, the helpers
+
+from benchmarks.common import RESULTS, dir_mb, log, percentiles, rss_mb, status_mb, write_result
+from benchmarks.corpus import (
     DEFAULT_SHAPE,
     TEXT_DIM,
     K,
@@ -50,14 +49,9 @@ from retrieval import (  # benchmarks/retrieval.py: the data set, the people, th
     Shape,
     SyntheticStore,
     calibration_scores,
-    dir_mb,
-    log,
-    machine_info_here,
-    percentiles,
-    rss_mb,
     unit_rows,
 )
-
+from benchmarks.machine import pkg_version, search_machine_info
 from biomem import BioMemory, Probe
 from biomem.errors import AmbiguousProbeError, UnknownIdentityError
 from biomem.notes.textenc import TextEncoder, shipped_minilm_dir
@@ -75,15 +69,6 @@ SAFETY = ("get", "update", "delete", "history", "search_other_user", "search_unk
 def user(j: int) -> str:
     """The user_id string of person j in every peer."""
     return f"person-{j:05d}"
-
-
-def status_mb(field: str) -> float:
-    """A field of /proc/self/status (VmRSS, VmHWM), MB."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def reset_peak() -> None:
@@ -389,7 +374,7 @@ class PgVector(System):
         register_vector(self.conn)
 
     def load(self, data: SyntheticStore) -> None:
-        from pg_retrieval import index_build_settings
+        from benchmarks.pg_server import index_build_settings
 
         owner = np.repeat(np.arange(data.n_ids), data.counts)
         texts = [n["content"] for j in range(data.n_ids) for n in data.notes_for(j)]
@@ -507,7 +492,7 @@ class Qdrant(System):
 
 class Gated(System):
     """Bio-Memory: the gated search from a probe of the owner, on SQLite (the store SyntheticStore wrote) or on
-    PostgreSQL (pg_retrieval.bulk_load of the same data)."""
+    PostgreSQL (pg_server.bulk_load of the same data)."""
 
     def __init__(self, root: Path, embed: Callable[[str], np.ndarray], *, name: str, location: Any,
                  encoder: TextEncoder, probes: Callable[[int], np.ndarray], modality: str) -> None:
@@ -687,7 +672,7 @@ def run_rung(n_notes: int, n_ids: int, *, peers: list[str], shape: Shape, model:
     loads[sqlite.name] = {"s": data.build_s, "peak_mb": status_mb("VmHWM") - rss0 - arrays_mb}
     systems[sqlite.name] = sqlite
     if server is not None:
-        from pg_retrieval import bulk_load
+        from benchmarks.pg_server import bulk_load
 
         pg = Gated(root, embed, name="biomem-postgresql", location=server.database("peer_biomem"), encoder=encoder,
                    probes=probes, modality=shape.modality)
@@ -865,7 +850,7 @@ def main(argv: list[str] | None = None) -> int:
                          "takes no more queries, and reports how many it took (default 600)")
     ap.add_argument("--workdir", type=Path, default=None, help="where the stores go (default $TMPDIR)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "peers.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "peers.json")
     args = ap.parse_args(argv)
     peers = [p for p in args.peers.split(",") if p]
     unknown = set(peers) - set(PEERS)
@@ -881,7 +866,7 @@ def main(argv: list[str] | None = None) -> int:
     encoder = TextEncoder()
     server = None
     if not args.no_postgres:
-        from pg_retrieval import Server
+        from benchmarks.pg_server import Server
 
         server = Server(Path(tempfile.mkdtemp(prefix="biomem-peers-pg-", dir=args.workdir)))
     results: dict[str, Any] = {"rungs": []}
@@ -894,14 +879,13 @@ def main(argv: list[str] | None = None) -> int:
         if server is not None:
             results["postgresql"] = server.version
             server.close()
-    results["machine"] = machine_info_here() | {d: pkg_version(d) for d in DISTRIBUTION.values()}
+    results["machine"] = search_machine_info() | {d: pkg_version(d) for d in DISTRIBUTION.values()}
     results["args"] = {k: str(v) for k, v in vars(args).items()}
     print(report(results), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1, default=str))
+    write_result(args.out, results, indent=1, default=str)
     log(f"wrote {args.out}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

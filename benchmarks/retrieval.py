@@ -1,7 +1,7 @@
 """Retrieval and ingest benchmark of the Bio-Memory engine.
 
-    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/retrieval.py --quick     # < 1 minute
-    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/retrieval.py             # full ladder, 1M notes
+    python -m benchmarks.retrieval --quick     # < 1 minute
+    python -m benchmarks.retrieval             # full ladder, 1M notes
 
 Part 1, gated search. For each rung (N notes over U identities, each enrolled with C templates of D dimensions:
 NOTES:IDENTITIES[:CxD], default --shape 5x512) a synthetic store is built on disk through the engine's own Store
@@ -29,7 +29,7 @@ pool is scanned exactly for the top-10 by text cosine (N x 384 in memory). Recal
 against an exact brute-force top-10 within the notes of the identity the exact gate admits (none when it admits
 nobody).
 
-    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/retrieval.py --skip-ingest --skip-households --skip-hnsw \
+    python -m benchmarks.retrieval --skip-ingest --skip-households --skip-hnsw \
         --out benchmarks/results/retrieval_shape.json    # the default ladder: 5x512 to 100,000 identities,
                                                           # 1x512 and 1x128 at 1M notes
 
@@ -40,14 +40,14 @@ with the engine's batch size, paired chunk by chunk in rotating order; the media
 rounds is kept.
 
 With `--store postgresql` (ingest skipped unless --ingest) every rung is also built in an embedded
-PostgreSQL 18 + pgvector (benchmarks/pg_retrieval.py: identities through the store's add_identity,
+PostgreSQL 18 + pgvector (benchmarks/pg_server.py: identities through the store's add_identity,
 notes and their history rows by binary COPY, one HNSW build, VACUUM ANALYZE) and searched in the
 same interleaved loop in the same two configurations (pg_exact, pg_hnsw: pgvector HNSW over all
 notes filtered by owner, iterative scan), with each build step timed and the PostgreSQL / SQLite
 ratios; then two engine processes share the largest rung's database, each searching while the
 other adds through BioMemory.add. JSON: benchmarks/results/retrieval_postgresql.json.
 
-    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/retrieval.py --store postgresql \
+    python -m benchmarks.retrieval --store postgresql \
         --ladder 10000:100,100000:1000,1000000:10000      # ~22 min, 14 of them the 1M HNSW build
 
 (Earlier runs had 1x128 templates only: add --shape 1x128 to measure that shape again.)
@@ -62,11 +62,11 @@ has the metadata {"bucket": 0..99}, so {"metadata.bucket": {"lt": t}} is a filte
 runs `BioMemory.search(vector, probe=Probe(...), k=10, filters=...)` on both stores without a filter and with
 filters of 1%, 10% and 50%, interleaved in rotating order; recall@10 is against the exact top-10 (numpy) of the
 notes that person may read (own + household's, less hidden) that pass the filter. Then each part of a search
-is timed on its own (gate, reach, search_as, and the store statements groups and filters add). With --store
+is timed on its own (gate, reach, Retrieval.search, and the store statements groups and filters add). With --store
 postgresql the household rungs also run on PostgreSQL (--households-pg, default 100,000 / 1,000: built row by
 row through the store's own calls, then VACUUM ANALYZE).
 
-    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/retrieval.py --skip-search --skip-ingest \
+    python -m benchmarks.retrieval --skip-search --skip-ingest \
         --households 1000000:10000 --out benchmarks/results/retrieval_households.json
 
 Prints markdown tables (with targets and pass/fail) and writes every number and the
@@ -84,47 +84,47 @@ import json
 import os
 import pstats
 import shutil
-import sqlite3
 import statistics
 import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-try:  # the engine on PYTHONPATH if there is one (e.g. a patched copy), else this checkout's
-    import biomem  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(ROOT))
+import modalities
+from benchmarks.common import LOCOMO, RESULTS, command, dir_mb, log, peak_rss_mb, percentiles, rss_mb, write_result
+from benchmarks.corpus import (
+    BIO_DIM,
+    DEFAULT_DIM,
+    DEFAULT_SHAPE,
+    MODALITY,
+    TEXT_DIM,
+    Batched,
+    Gallery,
+    K,
+    ScoreModel,
+    Shape,
+    SyntheticStore,
+    calibration_scores,
+    exact_decisions,
+    score_summary,
+    unit_rows,
+)
+from benchmarks.machine import search_machine_info
+from biomem import BioMemory, Probe
+from biomem.engine.memory import DEFAULT_ENCODER
+from biomem.notes.agent import MemoryAgent, embedding_text
+from biomem.notes.textenc import TextEncoder
+from biomem.stores.sqlite import Store
 
-from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
-
-import modalities  # noqa: E402
-from biomem import BioMemory, Probe  # noqa: E402
-from biomem.engine.memory import DEFAULT_ENCODER  # noqa: E402
-from biomem.notes.agent import MemoryAgent, embedding_text  # noqa: E402
-from biomem.notes.textenc import TextEncoder  # noqa: E402
-from biomem.stores.sqlite import Store  # noqa: E402
-
-MODALITY = "face-dlib"  # the 128-d shape the ladder measured in earlier runs; the ingest part's owner
-TEXT_DIM = 384
-BIO_DIM = 128
-DEFAULT_DIM = modalities.info(DEFAULT_ENCODER).dim  # the default encoder's templates (face-arcface-s: 512)
-DEFAULT_SHAPE = f"5x{DEFAULT_DIM}"  # CAPTURESxDIM of a rung that names none: several captures per person
-K = 10
 FULL_LADDER = (f"10000:100,100000:1000,1000000:10000,1000000:100000,1000000:10000:1x{DEFAULT_DIM},"
                f"1000000:100000:1x{DEFAULT_DIM},1000000:10000:1x{BIO_DIM},200000:10:1x{BIO_DIM}")
 QUICK_LADDER = f"10000:100,20000:1000,20000:1000:1x{BIO_DIM}"
-LOCOMO = Path(os.environ.get("LOCOMO_JSON", ROOT.parent / "shared" / "data" / "locomo" / "locomo10.json"))
 
 TARGET_P50_MS = 3.0  # the original target, the 128-d rung at 1M notes
 TARGET_SPEEDUP = 30.0  # the original target, the 128-d rung at 1M notes
@@ -145,270 +145,7 @@ BUCKETS = 100  # metadata "bucket" uniform in 0..99
 SELECTIVITIES = (1, 10, 50)  # filters {"metadata.bucket": {"lt": t}}: t% of the notes
 
 
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-# ---- small helpers ----------------------------------------------------------------------------
-
-def rss_mb() -> float:
-    """Resident set size of this process now, MB."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def peak_rss_mb() -> float:
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
-    rows = rng.standard_normal((n, dim), dtype=np.float32)
-    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
-    return rows
-
-
-def noisy_copy(rng: np.random.Generator, template: np.ndarray, cosine: float) -> np.ndarray:
-    """A unit vector at exactly `cosine` from `template`: a second capture of the same person."""
-    noise = rng.standard_normal(template.shape[0]).astype(np.float32)
-    noise -= (noise @ template) * template
-    noise /= np.linalg.norm(noise)
-    return (cosine * template + np.sqrt(1.0 - cosine ** 2) * noise).astype(np.float32)
-
-
-def percentiles(samples_ms: list[float]) -> dict[str, float]:
-    a = np.asarray(samples_ms, dtype=np.float64)
-    return {"p50_ms": float(np.percentile(a, 50)), "p95_ms": float(np.percentile(a, 95)),
-            "mean_ms": float(a.mean()), "min_ms": float(a.min()), "max_ms": float(a.max()), "n": int(a.size)}
-
-
-def dir_mb(path: Path) -> float:
-    if path.is_file():
-        return path.stat().st_size / 1e6
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6 if path.exists() else 0.0
-
-
-def machine_info_here() -> dict[str, Any]:
-    """The machine, plus what moves this benchmark's numbers: SQLite, torch and its threads."""
-    import torch
-
-    return {**machine_info("hnswlib", "sentence-transformers", "sqlite-utils"), "sqlite": sqlite3.sqlite_version,
-            "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
-
-
-# ---- the people: templates and probes of one shape ---------------------------------------------
-
-@dataclass(frozen=True)
-class Shape:
-    """What the gate scans per identity: `captures` enrolled templates of `dim` dimensions ("CAPTURESxDIM").
-
-    128-d is face-dlib's shape as the ladder measured it in earlier runs: one isotropic random template per
-    identity, probes at cosine 0.97-0.995 to it, strangers isotropic too. The default encoder's dimension gets
-    the calibrated model (ScoreModel): people, captures and probes whose cosines follow the default encoder's
-    genuine and impostor scores on the offline sample faces."""
-
-    captures: int
-    dim: int
-
-    @classmethod
-    def parse(cls, text: str) -> Shape:
-        captures, _, dim = text.strip().lower().partition("x")
-        try:
-            shape = cls(int(captures), int(dim))
-        except ValueError:
-            raise SystemExit(f"bad shape {text!r}: CAPTURESxDIM, e.g. {DEFAULT_SHAPE}") from None
-        if shape.dim not in (BIO_DIM, DEFAULT_DIM) or shape.captures < 1 or (shape.legacy and shape.captures != 1):
-            raise SystemExit(f"bad shape {text!r}: 1x{BIO_DIM} ({MODALITY}, as in earlier runs) or "
-                             f"Cx{DEFAULT_DIM} ({DEFAULT_ENCODER}, C >= 1 captures per identity)")
-        return shape
-
-    @property
-    def legacy(self) -> bool:
-        return self.dim == BIO_DIM
-
-    @property
-    def modality(self) -> str:
-        return MODALITY if self.legacy else DEFAULT_ENCODER
-
-    def __str__(self) -> str:
-        return f"{self.captures}x{self.dim}"
-
-
-class ScoreModel:
-    """Synthetic face embeddings whose cosines follow a calibration's genuine and impostor scores.
-
-    A person is a unit vector p = c·m + √(1−c²)·u: m a direction every face shares, u uniform on the unit
-    sphere of a random `rank`-dimensional subspace orthogonal to m. An enrolled capture is t = a·p + √(1−a²)·n,
-    n a random unit vector orthogonal to p: captures of one person are clustered around p and score about a²
-    with each other, captures of two people about a²·(c² + (1−c²)·u·u'). a is √ of the genuine scores' median;
-    c and the rank are fitted so that the mean a²c² and the spread a²(1−c²)/√rank of the latter are the impostor
-    scores' mean and standard deviation. A genuine probe of person j at target score s is b·p_j + √(1−b²)·r with
-    b = s/a (at most 1) and r a random unit vector orthogonal to p_j and to j's captures, so it scores exactly
-    a·b with every capture of j: s, or a for the targets above a. An impostor probe is a capture of a stranger
-    drawn like the enrolled people."""
-
-    def __init__(self, genuine: np.ndarray, impostor: np.ndarray, dim: int, seed: int) -> None:
-        self.genuine = np.sort(np.asarray(genuine, dtype=np.float64))
-        self.impostor = np.asarray(impostor, dtype=np.float64)
-        self.dim = dim
-        self.capture = a = float(np.sqrt(np.median(self.genuine)))
-        mean, spread = float(self.impostor.mean()), float(self.impostor.std())
-        c2 = float(np.clip(mean / a ** 2, 0.0, 0.99))
-        self.shared = float(np.sqrt(c2))
-        self.rank = int(np.clip(round((a ** 2 * (1 - c2) / spread) ** 2), 2, dim - 1))
-        basis, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((dim, self.rank + 1)))
-        self.mean_face = basis[:, 0].astype(np.float32)
-        self.basis = basis[:, 1:].T.astype(np.float32)  # rank x dim
-
-    def people(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        u = unit_rows(rng, n, self.rank) @ self.basis
-        return (self.shared * self.mean_face + np.sqrt(1 - self.shared ** 2) * u).astype(np.float32)
-
-    def captures(self, rng: np.random.Generator, people: np.ndarray, k: int) -> np.ndarray:
-        """k captures of each person, rows grouped by person ((len(people) * k) x dim)."""
-        out = np.empty((len(people) * k, self.dim), dtype=np.float32)
-        step = 10_000
-        for start in range(0, len(people), step):
-            p = np.repeat(people[start:start + step], k, axis=0)
-            noise = rng.standard_normal(p.shape, dtype=np.float32)
-            noise -= np.sum(noise * p, axis=1, keepdims=True) * p
-            noise /= np.linalg.norm(noise, axis=1, keepdims=True)
-            out[start * k:start * k + len(p)] = self.capture * p + np.sqrt(1 - self.capture ** 2) * noise
-        return out
-
-    def probe(self, rng: np.random.Generator, person: np.ndarray, captures: np.ndarray, score: float) -> np.ndarray:
-        b = min(1.0, score / self.capture)
-        span, _ = np.linalg.qr(np.vstack([person, captures]).T.astype(np.float64))
-        r = rng.standard_normal(self.dim)
-        r -= span @ (span.T @ r)
-        r /= np.linalg.norm(r)
-        return (b * person + np.sqrt(1 - b * b) * r).astype(np.float32)
-
-    def stranger(self, rng: np.random.Generator) -> np.ndarray:
-        return self.captures(rng, self.people(rng, 1), 1)[0]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"capture_cosine_a": self.capture, "shared_c": self.shared, "rank": self.rank,
-                "expected_genuine_between_captures": self.capture ** 2,
-                "expected_impostor_mean": self.capture ** 2 * self.shared ** 2,
-                "expected_impostor_sd": self.capture ** 2 * (1 - self.shared ** 2) / np.sqrt(self.rank),
-                "targets_capped_at_a": float(np.mean(self.genuine > self.capture))}
-
-
-class Enrolled:
-    """Templates by identity: [j] and [j:k] are identities j..k-1's template rows, what Store.add_identity takes
-    (benchmarks/pg_retrieval.py's bulk_load reads data.templates[j:j + 1])."""
-
-    def __init__(self, rows: np.ndarray, captures: int) -> None:
-        self.rows, self.captures = rows, captures
-
-    def __len__(self) -> int:
-        return len(self.rows) // self.captures
-
-    def __getitem__(self, key: int | slice) -> np.ndarray:
-        if not isinstance(key, slice):
-            key = slice(int(key), int(key) + 1)
-        start, stop, _ = key.indices(len(self))
-        return self.rows[start * self.captures:stop * self.captures]
-
-
-class Gallery:
-    """The enrolled people of a rung, of one shape: their templates, genuine probes of them and strangers'
-    probes, and the exact scan's decision for any probe."""
-
-    def __init__(self, shape: Shape, n_ids: int, rng: np.random.Generator, model: ScoreModel | None) -> None:
-        self.shape, self.n_ids, self.model = shape, n_ids, model
-        if shape.legacy:
-            self.people = self.rows = unit_rows(rng, n_ids, shape.dim)
-        else:
-            if model is None:
-                raise ValueError(f"shape {shape} needs the calibrated score model")
-            self.people = model.people(rng, n_ids)
-            self.rows = model.captures(rng, self.people, shape.captures)
-        self.templates = Enrolled(self.rows, shape.captures)
-
-    def targets(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """Target scores of `n` genuine probes: uniform 0.97-0.995 (128-d), else drawn from the genuine scores."""
-        if self.shape.legacy:
-            return rng.uniform(0.97, 0.995, size=n)  # genuine dlib captures score >= 0.97 (DESIGN)
-        assert self.model is not None
-        return rng.choice(self.model.genuine, size=n)
-
-    def genuine(self, rng: np.random.Generator, j: int, score: float | None = None) -> np.ndarray:
-        """A probe of identity j at `score` (None: a typical genuine score) to its templates."""
-        if self.shape.legacy:
-            return noisy_copy(rng, self.rows[j], 0.98 if score is None else score)
-        assert self.model is not None
-        return self.model.probe(rng, self.people[j], self.templates[j],
-                                float(np.median(self.model.genuine)) if score is None else score)
-
-    def impostor(self, rng: np.random.Generator) -> np.ndarray:
-        """A probe of somebody not enrolled."""
-        if self.shape.legacy:
-            return unit_rows(rng, 1, self.shape.dim)[0]
-        assert self.model is not None
-        return self.model.stranger(rng)
-
-    def best_scores(self, probes: np.ndarray) -> np.ndarray:
-        """Each probe's best cosine with each identity's templates (probes x identities), numpy, exact."""
-        c = self.shape.captures
-        out = np.empty((len(probes), self.n_ids), dtype=np.float32)
-        step = max(1, 200_000 // c)
-        for start in range(0, self.n_ids, step):
-            block = self.rows[start * c:(start + step) * c] @ probes.T
-            out[:, start:start + step] = block.reshape(-1, c, len(probes)).max(axis=1).T
-        return out
-
-    def pair_scores(self, rng: np.random.Generator, probes: np.ndarray, sample: int = 100) -> np.ndarray:
-        """Cosines of each probe with every template of `sample` random identities (pairs, as a calibration counts
-        them)."""
-        ids = rng.choice(self.n_ids, size=min(sample, self.n_ids), replace=False)
-        rows = np.concatenate([self.templates[int(j)] for j in ids])
-        return (probes @ rows.T).ravel()
-
-
-def exact_decisions(best: np.ndarray, tau: float, margin: float) -> tuple[np.ndarray, np.ndarray]:
-    """The exact scan's decision under policy "best" for each row of `best` (Gallery.best_scores): the admitted
-    identity's index (-1: nobody) and whether the probe was ambiguous (the best clears τ, a runner-up clears τ too
-    or comes within δ of it)."""
-    if best.shape[1] == 0:
-        return np.full(len(best), -1), np.zeros(len(best), dtype=bool)
-    top = np.argmax(best, axis=1)
-    first = best[np.arange(len(best)), top].astype(np.float64)
-    runner = np.partition(best, -2, axis=1)[:, -2].astype(np.float64) if best.shape[1] > 1 \
-        else np.full(len(best), -np.inf)
-    cleared = first >= tau
-    ambiguous = cleared & (runner >= np.minimum(tau, first - margin))
-    return np.where(cleared & ~ambiguous, top, -1), ambiguous
-
-
-def score_summary(scores: np.ndarray) -> dict[str, float]:
-    a = np.asarray(scores, dtype=np.float64)
-    q = np.percentile(a, [0, 1, 5, 50, 95, 99, 100])
-    return {"n": int(a.size), "mean": float(a.mean()), "sd": float(a.std()),
-            **{f"p{p}": float(v) for p, v in zip((0, 1, 5, 50, 95, 99, 100), q)}}
-
-
-def calibration_scores(encoder: str) -> dict[str, Any]:
-    """The default encoder's genuine and impostor scores on the offline sample faces (calibrate_samples)."""
-    from biomem.identity.calibrate import calibrate_samples
-
-    t0 = time.perf_counter()
-    report = calibrate_samples(encoder)
-    log(f"calibration scores of {encoder}: {report.genuine} genuine, {report.impostor} impostor "
-        f"({report.data_dir}) in {time.perf_counter() - t0:.0f} s")
-    return {"encoder": encoder, "data": report.data_dir, "seconds": time.perf_counter() - t0,
-            "intersection_tau": report.intersection.tau,
-            "genuine_scores": report.genuine_scores.tolist(), "impostor_scores": report.impostor_scores.tolist(),
-            "genuine": score_summary(report.genuine_scores), "impostor": score_summary(report.impostor_scores)}
-
-
 # ---- part 1: gated search ---------------------------------------------------------------------
-
-
 
 def profiled(mem: Any, query_vecs: np.ndarray, probes: np.ndarray, modality: str, **search: Any) -> str:
     """cProfile's 25 costliest functions (own time) over one gated search per query."""
@@ -421,180 +158,154 @@ def profiled(mem: Any, query_vecs: np.ndarray, probes: np.ndarray, modality: str
     pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
     return buf.getvalue()
 
-class Batched:
-    """One store transaction per `every` notes (the store's own calls join it as nested transactions): a bulk
-    load without a commit per call, and without one transaction the size of the store."""
 
-    def __init__(self, store: Any, every: int = 100_000) -> None:
-        self.store, self.every, self.count = store, every, 0
+@dataclass
+class Built:
+    """A rung's corpus on disk: the SQLite store in `folder`, and the same rows in PostgreSQL when a server was
+    given (`pg_db`, `pg_url`, what bulk_load returned in `pg_load`)."""
 
-    def __enter__(self) -> Batched:
-        self.tx = self.store.transaction()
-        self.tx.__enter__()
-        return self
+    folder: Path
+    db: Path
+    shape: Shape
+    data: SyntheticStore
+    load_start: float
+    rss_before: float
+    rss_after: float
+    pg_db: str | None = None
+    pg_url: str | None = None
+    pg_load: dict[str, Any] = field(default_factory=dict)
 
-    def added(self, notes: int) -> None:
-        """Count `notes` more; commit and begin the next transaction past `every`."""
-        self.count += notes
-        if self.count >= self.every:
-            self.tx.__exit__(None, None, None)
-            self.tx = self.store.transaction()
-            self.tx.__enter__()
-            self.count = 0
-
-    def __exit__(self, *exc: Any) -> None:
-        self.tx.__exit__(*exc)
-
-class SyntheticStore:
-    """A store of `n_notes` random notes spread evenly over `n_ids` identities enrolled with templates of
-    `shape`, plus the in-memory copies the baseline and the brute-force reference need."""
-
-    def __init__(self, path: Path, n_notes: int, n_ids: int, seed: int, shape: Shape,
-                 model: ScoreModel | None = None) -> None:
-        self.path = path
-        self.n_notes, self.n_ids = n_notes, n_ids
-        rng = np.random.default_rng(seed)
-        counts = np.full(n_ids, n_notes // n_ids, dtype=np.int64)
-        counts[: n_notes % n_ids] += 1
-        self.starts = np.r_[0, np.cumsum(counts)[:-1]]
-        self.counts = counts
-        self.gallery = Gallery(shape, n_ids, rng, model)
-        self.templates = self.gallery.templates
-        self.embeddings = np.empty((n_notes, TEXT_DIM), dtype=np.float32)  # e_i, rows by owner
-        self.note_ids = np.empty(n_notes, dtype=np.int64)
-        self.owner_ids = np.empty(n_ids, dtype=np.int64)
-
-        t0 = time.perf_counter()
-        start = datetime(2023, 1, 1)
-        self.stamps = [(start + timedelta(minutes=k)).isoformat() for k in range(int(counts.max()))]
-        store = Store(path)
-        with Batched(store) as batch:
-            for j in range(n_ids):
-                s, c = int(self.starts[j]), int(counts[j])
-                vectors = unit_rows(rng, c, TEXT_DIM)
-                self.embeddings[s:s + c] = vectors
-                identity = store.add_identity(f"person-{j:05d}", shape.modality, self.templates[j])
-                self.owner_ids[j] = identity.id
-                ids, _ = store.insert_notes(identity.id, self.notes_for(j), vectors)
-                self.note_ids[s:s + c] = ids
-                batch.added(c)
-        store.close()
-        self.build_s = time.perf_counter() - t0
-        # b_i of the paper: the biometric embedding of the capture a note was written with, one of its owner's
-        # templates (N x dim; with several captures, note k of an owner carries capture k mod captures)
-        per = shape.captures
-        within = np.arange(n_notes) - np.repeat(self.starts, counts)
-        self.note_biometrics = self.gallery.rows[np.repeat(np.arange(n_ids) * per, counts) + within % per]
-
-    def notes_for(self, j: int) -> list[dict[str, Any]]:
-        """The note fields of identity j's notes, oldest first (what insert_notes is given)."""
-        return [{"content": f"Synthetic memory {k} of person {j}: benchmark filler text.",
-                 "timestamp": self.stamps[k],
-                 "keywords": ["synthetic", "benchmark", "memory"],
-                 "tags": ["test", "filler", "note"],
-                 "context": "A synthetic note for the retrieval benchmark."}
-                for k in range(int(self.counts[j]))]
-
-    def owner_slice(self, j: int) -> slice:
-        return slice(int(self.starts[j]), int(self.starts[j] + self.counts[j]))
-
-    def exact_top(self, j: int, query: np.ndarray, k: int, note_ids: np.ndarray | None = None) -> set[int]:
-        """Brute-force top-k note ids within owner j's notes (ids of this store, or `note_ids`: another
-        store's ids of the same rows)."""
-        sl = self.owner_slice(j)
-        scores = self.embeddings[sl] @ query
-        top = np.argsort(-scores, kind="stable")[:k]
-        return set((self.note_ids if note_ids is None else note_ids)[sl][top].tolist())
-
-    def baseline_search(self, probe: np.ndarray, query: np.ndarray, tau: float, k: int) -> list[int]:
-        """Paper-faithful: N biometric cosines, pool = cos >= tau, exact top-k in the pool."""
-        bio = self.note_biometrics @ probe
-        pool = np.flatnonzero(bio >= tau)  # row order = time order within each owner
-        if pool.size == 0:
-            return []
-        scores = self.embeddings[pool] @ query
-        kk = min(k, pool.size)
-        top = np.argpartition(-scores, kk - 1)[:kk] if kk < pool.size else np.arange(pool.size)
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return self.note_ids[pool[top]].tolist()
+    @property
+    def per_owner(self) -> int:
+        return self.data.n_notes // self.data.n_ids
 
 
-def run_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None, encoder: TextEncoder,
-             queries: int, seed: int, workdir: Path, keep: bool, profile: bool, hnsw_ef: int | None,
-             hnsw: bool = True, pg: Any = None, concurrency_adds: int = 0) -> dict[str, Any]:
-    """One rung: SQLite (exact, and hnsw forced unless `hnsw` is False) against the paper baseline, plus
-    PostgreSQL (pg_exact, pg_hnsw) on the same notes when `pg` (a pg_retrieval.Server) is given; with
-    `concurrency_adds`, then two engine processes on the PostgreSQL database, each searching while the other adds.
-
-    Every identity is enrolled with templates of `shape`. Genuine probes (at target scores, Gallery.targets) and
-    strangers' probes are timed; so is the gate alone (`mem.gate.decide`, and `mem.identify`, the gate with its
-    attempt-limit and label reads) in the same interleaved loop, against the exact scan's decision in numpy."""
+def build_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None, seed: int, workdir: Path,
+               pg: Any = None) -> Built:
+    """The rung's SyntheticStore in a new folder of `workdir`, and, with `pg` (a pg_server.Server), the same notes
+    bulk-loaded into a new database of it."""
     rung_dir = Path(tempfile.mkdtemp(prefix=f"biomem-bench-{n_notes}-{n_ids}-{shape}-", dir=workdir))
     db = rung_dir / "bench.db"
-    per_owner = n_notes // n_ids
-    modality = shape.modality
-    log(f"rung {n_notes:,} notes / {n_ids:,} identities x {shape} {modality} ({per_owner:,} notes per owner): "
-        f"building in {rung_dir}")
+    log(f"rung {n_notes:,} notes / {n_ids:,} identities x {shape} {shape.modality} ({n_notes // n_ids:,} notes per "
+        f"owner): building in {rung_dir}")
     rss0 = rss_mb()
     load_start = os.getloadavg()[0]
     data = SyntheticStore(db, n_notes, n_ids, seed, shape, model)
-    gallery = data.gallery
-    rss_built = rss_mb()
+    built = Built(rung_dir, db, shape, data, load_start, rss0, rss_mb())
     log(f"  built in {data.build_s:.1f} s ({n_notes / data.build_s:,.0f} notes/s), DB {dir_mb(db):,.0f} MB")
-    pg_load: dict[str, Any] = {}
     if pg is not None:
-        from pg_retrieval import bulk_load
-        pg_db = f"bench_{n_notes}_{n_ids}_{shape.captures}x{shape.dim}"
-        pg_url = pg.database(pg_db)
+        from benchmarks.pg_server import bulk_load
+
+        built.pg_db = f"bench_{n_notes}_{n_ids}_{shape.captures}x{shape.dim}"
+        built.pg_url = pg.database(built.pg_db)
         # no graph over every note: the store searches each owner exactly below its hnsw_threshold and builds
         # per-owner graphs itself (a bulk_load without global_graph builds the one graph it used to search)
         graph = {"global_graph": False} if "global_graph" in inspect.signature(bulk_load).parameters else {}
-        pg_load = bulk_load(pg_url, data, dim=TEXT_DIM, modality=modality, **graph)
-        log(f"  PostgreSQL built in {pg_load['build_s']:.1f} s: identities {pg_load['identities_s']:.1f} s, "
-            f"COPY {pg_load['copy_s']:.1f} s, HNSW index {pg_load['hnsw_index_s']:.1f} s, "
-            f"VACUUM ANALYZE {pg_load['vacuum_analyze_s']:.1f} s; {pg.database_mb(pg_db):,.0f} MB")
+        built.pg_load = load = bulk_load(built.pg_url, data, dim=TEXT_DIM, modality=shape.modality, **graph)
+        log(f"  PostgreSQL built in {load['build_s']:.1f} s: identities {load['identities_s']:.1f} s, "
+            f"COPY {load['copy_s']:.1f} s, HNSW index {load['hnsw_index_s']:.1f} s, "
+            f"VACUUM ANALYZE {load['vacuum_analyze_s']:.1f} s; {pg.database_mb(built.pg_db):,.0f} MB")
+    return built
 
+
+@dataclass
+class Queries:
+    """The timed queries of a rung: owner i's query vector and genuine probe (at a target score), and a stranger's
+    probe; `rng` goes on drawing the warm-up's probes and vectors."""
+
+    rng: np.random.Generator
+    owners: np.ndarray
+    vectors: np.ndarray
+    targets: np.ndarray
+    probes: np.ndarray
+    strangers: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.owners)
+
+
+def draw_queries(gallery: Gallery, n: int, seed: int) -> Queries:
     rng = np.random.default_rng(seed + 1)
-    owners = rng.integers(0, n_ids, size=queries)
-    query_vecs = unit_rows(rng, queries, TEXT_DIM)
-    targets_ = gallery.targets(rng, queries)
+    owners = rng.integers(0, gallery.n_ids, size=n)
+    vectors = unit_rows(rng, n, TEXT_DIM)
+    targets_ = gallery.targets(rng, n)
     probes = np.stack([gallery.genuine(rng, int(j), float(s)) for j, s in zip(owners, targets_)])
     stranger_rng = np.random.default_rng(seed + 3)
-    strangers = np.stack([gallery.impostor(stranger_rng) for _ in range(queries)])
+    strangers = np.stack([gallery.impostor(stranger_rng) for _ in range(n)])
+    return Queries(rng, owners, vectors, targets_, probes, strangers)
 
-    modes = {"exact": max(20_000, per_owner + 1), **({"hnsw": 1} if hnsw else {})}
-    where: dict[str, Any] = dict.fromkeys(modes, db)
+
+@dataclass
+class Engines:
+    """One BioMemory per mode (its hnsw_threshold in `modes`) on the store `store_of` names, with `owner_ids`
+    each store's identity ids by person, and the gate's τ and δ."""
+
+    modes: dict[str, int]
+    store_of: dict[str, str]
+    owner_ids: dict[str, np.ndarray]
+    mems: dict[str, BioMemory]
+    tau: float
+    margin: float
+    rss_before: float  # RSS before the first engine opened, and once all were open
+    rss_opened: float
+
+
+def open_engines(built: Built, encoder: TextEncoder, *, hnsw: bool, hnsw_ef: int | None) -> Engines:
+    """SQLite's engines (exact, and hnsw forced unless `hnsw` is False), and PostgreSQL's in the same
+    configurations (pg_exact, pg_hnsw) when the rung was built there too."""
+    modes = {"exact": max(20_000, built.per_owner + 1), **({"hnsw": 1} if hnsw else {})}
+    where: dict[str, Any] = dict.fromkeys(modes, built.db)
     store_of = dict.fromkeys(modes, "sqlite")
-    owner_ids = {"sqlite": data.owner_ids}
-    if pg is not None:  # the same configurations on PostgreSQL
+    owner_ids = {"sqlite": built.data.owner_ids}
+    if built.pg_url is not None:  # the same configurations on PostgreSQL
         modes.update({"pg_exact": modes["exact"], **({"pg_hnsw": 1} if hnsw else {})})
-        where.update(pg_exact=pg_url, pg_hnsw=pg_url)
+        where.update(pg_exact=built.pg_url, pg_hnsw=built.pg_url)
         store_of.update(pg_exact="postgresql", pg_hnsw="postgresql")
-        owner_ids["postgresql"] = pg_load["owner_ids"]
+        owner_ids["postgresql"] = built.pg_load["owner_ids"]
     mems: dict[str, BioMemory] = {}
-    out_modes: dict[str, Any] = {}
-    rss_before_open = rss_mark = rss_mb()
+    rss_before = rss_mb()
     for mode, threshold in modes.items():
         mems[mode] = BioMemory(where[mode], text_model=encoder, llm="offline", hnsw_threshold=threshold)
         if hnsw_ef is not None:
             mems[mode].partitions.ef_search = hnsw_ef
-    log(f"  opened the engine {len(mems)} times: RSS +{rss_mb() - rss_mark:.0f} MB")
-    rss_mark = rss_mb()
-    tau, margin = mems["exact"].threshold(modality), mems["exact"].margin(modality)
+    log(f"  opened the engine {len(mems)} times: RSS +{rss_mb() - rss_before:.0f} MB")
+    rss_opened = rss_mb()
+    modality = built.shape.modality
+    return Engines(modes, store_of, owner_ids, mems, mems["exact"].threshold(modality),
+                   mems["exact"].margin(modality), rss_before, rss_opened)
 
-    # the exact scan's decisions (numpy, every template) and the scores the probes really have
-    best = gallery.best_scores(np.vstack([probes, strangers]))
-    admitted, ambiguous = exact_decisions(best, tau, margin)
-    rows = np.arange(queries)
-    scores = {"genuine_target": score_summary(targets_), "genuine_own": score_summary(best[rows, owners]),
-              "impostor_pairs": score_summary(gallery.pair_scores(np.random.default_rng(seed + 4), strangers)),
-              "impostor_best": score_summary(best[queries:].max(axis=1)),
-              "genuine_admitted_owner": float(np.mean(admitted[:queries] == owners)),
-              "genuine_ambiguous": float(np.mean(ambiguous[:queries])),
-              "impostor_admitted": float(np.mean(admitted[queries:] >= 0)),
-              "impostor_ambiguous": float(np.mean(ambiguous[queries:]))}
-    if n_ids > 1:
-        others = best[:queries].copy()
+
+@dataclass
+class Reference:
+    """What every path of a rung must answer, from numpy: the exact scan's decision for each probe (genuine ones
+    first, then strangers': the identity index admitted, -1 for nobody, and whether it was ambiguous), the probes'
+    scores, and the exact top 10 of the notes each decision admits."""
+
+    admitted: np.ndarray
+    ambiguous: np.ndarray
+    scores: dict[str, Any]
+    expect: dict[str, dict[str, list[int | None]]]  # store -> kind -> the identity id the gate must admit
+    truth: dict[str, dict[str, list[set[int]]]]  # store -> kind -> the note ids a search must return
+    owner_truth: list[set[int]]  # the top 10 of each probe's owner: the baseline's reference
+    gated_total: np.ndarray  # the notes each genuine search must report as gated out
+
+
+def exact_reference(built: Built, queries: Queries, engines: Engines, seed: int) -> Reference:
+    data, gallery, n = built.data, built.data.gallery, len(queries)
+    owners, owner_ids = queries.owners, engines.owner_ids
+    best = gallery.best_scores(np.vstack([queries.probes, queries.strangers]))
+    admitted, ambiguous = exact_decisions(best, engines.tau, engines.margin)
+    rows = np.arange(n)
+    scores = {"genuine_target": score_summary(queries.targets), "genuine_own": score_summary(best[rows, owners]),
+              "impostor_pairs": score_summary(gallery.pair_scores(np.random.default_rng(seed + 4),
+                                                                  queries.strangers)),
+              "impostor_best": score_summary(best[n:].max(axis=1)),
+              "genuine_admitted_owner": float(np.mean(admitted[:n] == owners)),
+              "genuine_ambiguous": float(np.mean(ambiguous[:n])),
+              "impostor_admitted": float(np.mean(admitted[n:] >= 0)),
+              "impostor_ambiguous": float(np.mean(ambiguous[n:]))}
+    if gallery.n_ids > 1:
+        others = best[:n].copy()
         others[rows, owners] = -np.inf
         scores["genuine_runner_up"] = score_summary(others.max(axis=1))
         del others
@@ -603,35 +314,40 @@ def run_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None
         f"(owner admitted {scores['genuine_admitted_owner']:.3f}, ambiguous {scores['genuine_ambiguous']:.3f}); "
         f"impostor pairs mean {scores['impostor_pairs']['mean']:.3f} sd {scores['impostor_pairs']['sd']:.3f}, best "
         f"p50 / max {scores['impostor_best']['p50']:.3f} / {scores['impostor_best']['p100']:.3f} "
-        f"(admitted {scores['impostor_admitted']:.3f}); τ {tau:.4f}, δ {margin:.4f}")
+        f"(admitted {scores['impostor_admitted']:.3f}); τ {engines.tau:.4f}, δ {engines.margin:.4f}")
 
     def expected(store: str, which: np.ndarray) -> list[int | None]:
         return [int(owner_ids[store][a]) if a >= 0 else None for a in which]
 
     def tops(which: np.ndarray, store: str) -> list[set[int]]:
         """The exact top-10 of the notes the exact decision admits (nothing when it admits nobody)."""
-        note_ids = pg_load["note_ids"] if store == "postgresql" else None
-        return [data.exact_top(int(a), q, K, note_ids) if a >= 0 else set() for a, q in zip(which, query_vecs)]
+        note_ids = built.pg_load["note_ids"] if store == "postgresql" else None
+        return [data.exact_top(int(a), q, K, note_ids) if a >= 0 else set() for a, q in zip(which, queries.vectors)]
 
-    expect = {s: {"genuine": expected(s, admitted[:queries]), "impostor": expected(s, admitted[queries:])}
-              for s in owner_ids}
-    truth = {s: {"genuine": tops(admitted[:queries], s), "impostor": tops(admitted[queries:], s)} for s in owner_ids}
-    owner_truth = [data.exact_top(int(j), q, K) for j, q in zip(owners, query_vecs)]  # the baseline's reference
-    gated_total = np.where(admitted[:queries] >= 0, n_notes - data.counts[np.maximum(admitted[:queries], 0)],
-                           n_notes)
+    expect = {s: {"genuine": expected(s, admitted[:n]), "impostor": expected(s, admitted[n:])} for s in owner_ids}
+    truth = {s: {"genuine": tops(admitted[:n], s), "impostor": tops(admitted[n:], s)} for s in owner_ids}
+    owner_truth = [data.exact_top(int(j), q, K) for j, q in zip(owners, queries.vectors)]
+    gated_total = np.where(admitted[:n] >= 0, data.n_notes - data.counts[np.maximum(admitted[:n], 0)], data.n_notes)
+    return Reference(admitted, ambiguous, scores, expect, truth, owner_truth, gated_total)
 
-    # warm-up: one search per distinct queried owner (loads its partition: the cold cost)
-    for mode, mem in mems.items():
+
+def warm_up(built: Built, queries: Queries, engines: Engines) -> tuple[dict[str, Any], float]:
+    """One search per distinct queried owner and engine (it loads the owner's partition: the cold cost), then the
+    baseline's matrices paged in. Returns each mode's cold entry and the RSS after the engines' warm-up."""
+    out_modes: dict[str, Any] = {}
+    rss_mark = engines.rss_opened
+    modality = built.shape.modality
+    for mode, mem in engines.mems.items():
         cold = []
-        for j in dict.fromkeys(owners.tolist()):
-            probe = gallery.genuine(rng, j)
-            q = unit_rows(rng, 1, TEXT_DIM)[0]
+        for j in dict.fromkeys(queries.owners.tolist()):
+            probe = built.data.gallery.genuine(queries.rng, j)
+            q = unit_rows(queries.rng, 1, TEXT_DIM)[0]
             t0 = time.perf_counter_ns()
             mem.search(q, probe=Probe(probe, modality), k=K)
             cold.append((time.perf_counter_ns() - t0) / 1e6)
         waited = gate_index_wait(mem)
         rss_now = rss_mb()
-        out_modes[mode] = {"hnsw_threshold": modes[mode], "cold_first_search": percentiles(cold),
+        out_modes[mode] = {"hnsw_threshold": engines.modes[mode], "cold_first_search": percentiles(cold),
                            "owners_loaded": len(cold), "rss_delta_mb": rss_now - rss_mark,
                            "gate_index_wait_s": waited}
         rss_mark = rss_now
@@ -640,138 +356,196 @@ def run_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None
             + ("" if waited is None else f"; waited {waited:.1f} s for the gate's candidate index"))
     rss_warm = rss_mb()
     for _ in range(20):  # baseline warm-up (page in the N x dim and N x 384 matrices)
-        data.baseline_search(probes[0], query_vecs[0], tau, K)
+        built.data.baseline_search(queries.probes[0], queries.vectors[0], engines.tau, K)
+    return out_modes, rss_warm
 
-    # the gate alone, on SQLite's engine and on PostgreSQL's: decide as a search's identify calls it (a gate with
-    # a `floor` parameter is told that a client-less search reads nothing below τ: it may take a candidate path),
-    # decide with every score (the exact scan of every template, whatever the gate), and identify (the gate as
-    # search runs it: decide, then the attempt limiter's and the admitted label's reads); and strangers' searches
-    gate_calls = {"gate": ("exact", "decide"), "scan": ("exact", "scan"), "identify": ("exact", "identify"),
-                  "impostor": ("exact", "search")}
-    if pg is not None:
-        gate_calls.update(pg_gate=("pg_exact", "decide"), pg_scan=("pg_exact", "scan"),
-                          pg_identify=("pg_exact", "identify"), pg_impostor=("pg_exact", "search"))
-    floor = {"floor": tau} if "floor" in inspect.signature(mems["exact"].gate.decide).parameters else {}
 
-    def gate_call(name: str, probe: np.ndarray, q: np.ndarray) -> Any:
-        mode, call = gate_calls[name]
-        mem = mems[mode]
+class Paths:
+    """Every path a query of the rung takes: each engine's gated search, the paper baseline, and the gate alone on
+    SQLite's engine and on PostgreSQL's: decide as a search's identify calls it (a gate with a `floor` parameter is
+    told that a client-less search reads nothing below τ: it may take a candidate path), decide with every score
+    (the exact scan of every template, whatever the gate), and identify (the gate as search runs it: decide, then
+    the attempt limiter's and the admitted label's reads); and strangers' searches."""
+
+    def __init__(self, engines: Engines, modality: str) -> None:
+        self.engines, self.modality = engines, modality
+        self.gate_calls = {"gate": ("exact", "decide"), "scan": ("exact", "scan"), "identify": ("exact", "identify"),
+                           "impostor": ("exact", "search")}
+        if "pg_exact" in engines.mems:
+            self.gate_calls.update(pg_gate=("pg_exact", "decide"), pg_scan=("pg_exact", "scan"),
+                                   pg_identify=("pg_exact", "identify"), pg_impostor=("pg_exact", "search"))
+        decide = engines.mems["exact"].gate.decide
+        self.floor = {"floor": engines.tau} if "floor" in inspect.signature(decide).parameters else {}
+        self.names = [*engines.modes, "baseline", *self.gate_calls]
+
+    def mode(self, name: str) -> str:
+        """The engine a path runs on."""
+        return self.gate_calls[name][0] if name in self.gate_calls else name
+
+    def run(self, name: str, probe: np.ndarray, q: np.ndarray) -> Any:
+        """Path `name` (not the baseline) for one probe and query vector: a GateResult or a SearchResult."""
+        if name not in self.gate_calls:
+            return self.engines.mems[name].search(q, probe=Probe(probe, self.modality), k=K)
+        mode, call = self.gate_calls[name]
+        mem, tau, margin = self.engines.mems[mode], self.engines.tau, self.engines.margin
         if call == "decide":
-            return mem.gate.decide(Probe(probe, modality), tau, "best", margin, **floor)
+            return mem.gate.decide(Probe(probe, self.modality), tau, "best", margin, **self.floor)
         if call == "scan":
-            return mem.gate.decide(Probe(probe, modality), tau, "best", margin)
+            return mem.gate.decide(Probe(probe, self.modality), tau, "best", margin)
         if call == "identify":
-            return mem.identify(Probe(probe, modality))
-        return mem.search(q, probe=Probe(probe, modality), k=K)
+            return mem.identify(Probe(probe, self.modality))
+        return mem.search(q, probe=Probe(probe, self.modality), k=K)
 
-    # timed loop, interleaved: every query runs every path, in a random order (seeded), so each path follows
-    # each other path equally often (a fixed rotation would put the same path after the baseline's scan of
-    # N x dim floats, with its cold caches, every time); which samples followed the baseline is kept
-    names = [*modes, "baseline", *gate_calls]
-    times: dict[str, list[float]] = {n: [] for n in names}
-    after_baseline: dict[str, list[bool]] = {n: [] for n in names}
-    recall: dict[str, list[float]] = {n: [] for n in names}
-    gate_ok = dict.fromkeys(names, 0)  # the probe's owner admitted
-    decision_ok = dict.fromkeys(names, 0)  # the decision the exact scan makes
-    gated_out_ok = dict.fromkeys(names, 0)
-    paths: dict[str, Counter[str]] = {n: Counter() for n in names}  # how the gate decided (a gate that counts)
+
+class Checks:
+    """Each path's answers against the exact reference, counted as the timed loop goes: the recall@10 of every
+    search, whether the gate admitted the probe's owner (nobody for a stranger), whether it decided as the exact
+    scan (identity and ambiguous flag), and whether a genuine search's `gated_out` was right."""
+
+    def __init__(self, names: list[str], reference: Reference, engines: Engines, queries: Queries) -> None:
+        self.reference, self.engines, self.queries = reference, engines, queries
+        self.recall: dict[str, list[float]] = {n: [] for n in names}
+        self.gate_ok = dict.fromkeys(names, 0)  # the probe's owner admitted
+        self.decision_ok = dict.fromkeys(names, 0)  # the decision the exact scan makes
+        self.gated_out_ok = dict.fromkeys(names, 0)
+
+    def baseline(self, i: int, ids: list[int]) -> None:
+        truth = self.reference.owner_truth[i]
+        self.recall["baseline"].append(len(truth & set(ids)) / len(truth))
+
+    def answer(self, name: str, store: str, kind: str, i: int, result: Any) -> None:
+        """Path `name`'s answer to query i ("genuine" or "impostor" probe) on `store`."""
+        ref, n = self.reference, len(self.queries)
+        gate = getattr(result, "gate", result)
+        self.decision_ok[name] += gate.identity == ref.expect[store][kind][i] and gate.ambiguous == bool(
+            ref.ambiguous[i + (n if kind == "impostor" else 0)])
+        owner = int(self.engines.owner_ids[store][int(self.queries.owners[i])])
+        self.gate_ok[name] += gate.identity == (owner if kind == "genuine" else None)
+        if gate is not result:  # a search
+            ids = [note.id for note, _ in result.notes]
+            top = ref.truth[store][kind][i]
+            self.recall[name].append(len(top & set(ids)) / len(top) if top else float(not ids))
+            if kind == "genuine":
+                self.gated_out_ok[name] += result.gated_out == int(ref.gated_total[i])
+
+
+@dataclass
+class Timings:
+    """The interleaved loop's latencies by path, whether each sample came right after the baseline's scan, and
+    how the gate decided on each path (a gate that counts its paths)."""
+
+    times: dict[str, list[float]]
+    after_baseline: dict[str, list[bool]]
+    gate_paths: dict[str, Counter[str]]
+
+
+def interleaved(paths: Paths, built: Built, queries: Queries, checks: Checks, seed: int) -> Timings:
+    """Every query runs every path, in a random order (seeded), so each path follows each other path equally often
+    (a fixed rotation would put the same path after the baseline's scan of N x dim floats, with its cold caches,
+    every time); each answer goes to `checks`."""
+    names, mems, tau = paths.names, paths.engines.mems, paths.engines.tau
+    timings = Timings({n: [] for n in names}, {n: [] for n in names}, {n: Counter() for n in names})
     order_rng = np.random.default_rng(seed + 5)
     previous = ""
     gc.collect()
-    for i in range(queries):
-        j = int(owners[i])
-        q, p = query_vecs[i], probes[i]
+    for i in range(len(queries)):
+        q, p = queries.vectors[i], queries.probes[i]
         for name in order_rng.permutation(names).tolist():
-            after_baseline[name].append(previous == "baseline")
+            timings.after_baseline[name].append(previous == "baseline")
             previous = name
-            counted = Counter(getattr(mems[gate_calls[name][0] if name in gate_calls else name].gate, "paths", ())) \
-                if name != "baseline" else Counter()
             if name == "baseline":
                 t0 = time.perf_counter_ns()
-                ids = data.baseline_search(p, q, tau, K)
-                times[name].append((time.perf_counter_ns() - t0) / 1e6)
-                recall[name].append(len(owner_truth[i] & set(ids)) / len(owner_truth[i]))
+                ids = built.data.baseline_search(p, q, tau, K)
+                timings.times[name].append((time.perf_counter_ns() - t0) / 1e6)
+                checks.baseline(i, ids)
                 continue
+            mode = paths.mode(name)
+            counted = Counter(getattr(mems[mode].gate, "paths", ()))
             kind = "impostor" if name.endswith("impostor") else "genuine"
-            mode = gate_calls[name][0] if name in gate_calls else name
             t0 = time.perf_counter_ns()
-            result = gate_call(name, strangers[i] if kind == "impostor" else p, q) if name in gate_calls \
-                else mems[name].search(q, probe=Probe(p, modality), k=K)
-            times[name].append((time.perf_counter_ns() - t0) / 1e6)
-            paths[name].update(Counter(getattr(mems[mode].gate, "paths", ())) - counted)
-            store = store_of[mode]
-            gate = getattr(result, "gate", result)
-            decision_ok[name] += gate.identity == expect[store][kind][i] and gate.ambiguous == bool(
-                ambiguous[i + (queries if kind == "impostor" else 0)])
-            gate_ok[name] += gate.identity == (int(owner_ids[store][j]) if kind == "genuine" else None)
-            if gate is not result:  # a search
-                ids = [n.id for n, _ in result.notes]
-                top = truth[store][kind][i]
-                recall[name].append(len(top & set(ids)) / len(top) if top else float(not ids))
-                if kind == "genuine":
-                    gated_out_ok[name] += result.gated_out == int(gated_total[i])
+            result = paths.run(name, queries.strangers[i] if kind == "impostor" else p, q)
+            timings.times[name].append((time.perf_counter_ns() - t0) / 1e6)
+            timings.gate_paths[name].update(Counter(getattr(mems[mode].gate, "paths", ())) - counted)
+            checks.answer(name, paths.engines.store_of[mode], kind, i, result)
+    return timings
 
-    # the same searches and gate calls back to back: caches stay warm (no baseline scan between them)
+
+def back_to_back(paths: Paths, queries: Queries) -> dict[str, dict[str, float]]:
+    """The same searches and gate calls back to back: caches stay warm (no baseline scan between them)."""
     back = ["exact", "gate", "scan", "identify"] + (["pg_exact", "pg_gate", "pg_scan", "pg_identify"]
-                                                    if pg is not None else [])
+                                                    if "pg_exact" in paths.engines.mems else [])
+    out = {}
     for name in back:
         warm = []
-        for i in range(queries):
+        for i in range(len(queries)):
             t0 = time.perf_counter_ns()
-            if name in gate_calls:
-                gate_call(name, probes[i], query_vecs[i])
-            else:
-                mems[name].search(query_vecs[i], probe=Probe(probes[i], modality), k=K)
+            paths.run(name, queries.probes[i], queries.vectors[i])
             warm.append((time.perf_counter_ns() - t0) / 1e6)
-        out_modes[f"{name}_back_to_back"] = percentiles(warm)
+        out[f"{name}_back_to_back"] = percentiles(warm)
+    return out
 
-    for name in names:
+
+def summarise_paths(out_modes: dict[str, Any], paths: Paths, timings: Timings, checks: Checks, built: Built,
+                    queries: Queries) -> None:
+    """Each path's entry of the rung's "modes": latencies (also split by whether the baseline's scan came just
+    before), recall, the gate's checks and paths; the hnsw modes' ef_search, PostgreSQL's plans, the baseline's τ
+    and matrix size."""
+    n, engines = len(queries), paths.engines
+    for name in paths.names:
         entry = out_modes.setdefault(name, {})
-        entry.update(percentiles(times[name]))
-        cold = np.asarray(after_baseline[name])
+        entry.update(percentiles(timings.times[name]))
+        cold = np.asarray(timings.after_baseline[name])
         if name != "baseline" and cold.any() and (~cold).any():
-            entry["after_baseline"] = percentiles(np.asarray(times[name])[cold].tolist())
-            entry["not_after_baseline"] = percentiles(np.asarray(times[name])[~cold].tolist())
-        if recall[name]:
-            entry["recall_at_10"] = float(np.mean(recall[name]))
-            entry["recall_at_10_min"] = float(np.min(recall[name]))
+            entry["after_baseline"] = percentiles(np.asarray(timings.times[name])[cold].tolist())
+            entry["not_after_baseline"] = percentiles(np.asarray(timings.times[name])[~cold].tolist())
+        if checks.recall[name]:
+            entry["recall_at_10"] = float(np.mean(checks.recall[name]))
+            entry["recall_at_10_min"] = float(np.min(checks.recall[name]))
         if name != "baseline":
-            entry["gate_correct"] = gate_ok[name] / queries
-            entry["gate_decision_exact"] = decision_ok[name] / queries
-            if paths[name]:
-                entry["gate_paths"] = dict(paths[name])
-        if name in modes:
-            entry["gated_out_correct"] = gated_out_ok[name] / queries
+            entry["gate_correct"] = checks.gate_ok[name] / n
+            entry["gate_decision_exact"] = checks.decision_ok[name] / n
+            if timings.gate_paths[name]:
+                entry["gate_paths"] = dict(timings.gate_paths[name])
+        if name in engines.modes:
+            entry["gated_out_correct"] = checks.gated_out_ok[name] / n
     for mode in ("hnsw", "pg_hnsw"):
-        if mode in mems:
-            out_modes[mode]["ef_search"] = mems[mode].partitions.ef_search
+        if mode in engines.mems:
+            out_modes[mode]["ef_search"] = engines.mems[mode].partitions.ef_search
     for mode in ("pg_hnsw", "pg_exact"):
-        if mode in mems:
-            out_modes[mode]["plan"] = mems[mode].partitions.explain(
-                int(owner_ids["postgresql"][int(owners[0])]), query_vecs[0], K)
-    out_modes["baseline"]["tau"] = tau
-    out_modes["baseline"]["matrix_mb"] = (data.embeddings.nbytes + data.note_biometrics.nbytes) / 1e6
+        if mode in engines.mems:
+            out_modes[mode]["plan"] = engines.mems[mode].partitions.explain(
+                int(engines.owner_ids["postgresql"][int(queries.owners[0])]), queries.vectors[0], K)
+    out_modes["baseline"]["tau"] = engines.tau
+    out_modes["baseline"]["matrix_mb"] = (built.data.embeddings.nbytes + built.data.note_biometrics.nbytes) / 1e6
 
+
+def profile_searches(built: Built, queries: Queries, engines: Engines) -> dict[str, str]:
+    """cProfile of the gated searches of the exact and hnsw modes, printed and returned."""
     profiles = {}
-    for mode in ("exact", "hnsw") if profile else ():
-        if mode in mems:
-            profiles[mode] = profiled(mems[mode], query_vecs[:queries], probes[:queries], modality)
-            print(f"\n### cProfile, {mode} gated search, {n_notes:,} notes / {n_ids:,} identities x {shape}, "
-                  f"{queries} searches\n\n```\n{profiles[mode]}```\n", flush=True)
+    data, shape, n = built.data, built.shape, len(queries)
+    for mode in ("exact", "hnsw"):
+        if mode in engines.mems:
+            profiles[mode] = profiled(engines.mems[mode], queries.vectors[:n], queries.probes[:n], shape.modality)
+            print(f"\n### cProfile, {mode} gated search, {data.n_notes:,} notes / {data.n_ids:,} identities x "
+                  f"{shape}, {n} searches\n\n```\n{profiles[mode]}```\n", flush=True)
+    return profiles
 
-    for mem in mems.values():
-        mem.close()
-    index_mb = dir_mb(db.with_name(db.name + ".index"))
+
+def rung_row(built: Built, queries: Queries, engines: Engines, reference: Reference, out_modes: dict[str, Any],
+             rss_warm: float, profiles: dict[str, str], hnsw: bool, pg: Any) -> dict[str, Any]:
+    """The rung's row of the JSON ("retrieval"), once its engines are closed."""
+    data, shape = built.data, built.shape
     result = {
-        "load_average_1m": {"start": load_start, "end": os.getloadavg()[0]},
-        "notes": n_notes, "identities": n_ids, "notes_per_owner": per_owner, "queries": queries,
-        "shape": str(shape), "captures": shape.captures, "dim": shape.dim, "modality": modality,
-        "templates": n_ids * shape.captures, "tau": tau, "margin": margin, "scores": scores,
-        "build_s": data.build_s, "build_notes_per_s": n_notes / data.build_s,
-        "db_mb": dir_mb(db), "hnsw_index_mb": index_mb,
-        "rss_mb": {"before_build": rss0, "after_build": rss_built, "before_open": rss_before_open,
-                   "after_warmup": rss_warm, "engine_delta": rss_warm - rss_before_open,
-                   "peak": peak_rss_mb()},
+        "load_average_1m": {"start": built.load_start, "end": os.getloadavg()[0]},
+        "notes": data.n_notes, "identities": data.n_ids, "notes_per_owner": built.per_owner,
+        "queries": len(queries), "shape": str(shape), "captures": shape.captures, "dim": shape.dim,
+        "modality": shape.modality, "templates": data.n_ids * shape.captures, "tau": engines.tau,
+        "margin": engines.margin, "scores": reference.scores,
+        "build_s": data.build_s, "build_notes_per_s": data.n_notes / data.build_s,
+        "db_mb": dir_mb(built.db), "hnsw_index_mb": dir_mb(built.db.with_name(built.db.name + ".index")),
+        "rss_mb": {"before_build": built.rss_before, "after_build": built.rss_after,
+                   "before_open": engines.rss_before, "after_warmup": rss_warm,
+                   "engine_delta": rss_warm - engines.rss_before, "peak": peak_rss_mb()},
         "modes": out_modes,
         "speedup_exact": out_modes["baseline"]["p50_ms"] / out_modes["exact"]["p50_ms"],
         "gate_share": gate_share(out_modes, ""),
@@ -784,24 +558,57 @@ def run_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None
     if profiles:
         result["profiles"] = profiles
     if pg is not None:
-        result["postgresql"] = postgres_summary(out_modes, pg_load, pg.database_mb(pg_db), data.build_s)
+        result["postgresql"] = postgres_summary(out_modes, built.pg_load, pg.database_mb(built.pg_db), data.build_s)
         result["postgresql"]["gate_share"] = gate_share(out_modes, "pg_")
         log(f"  PostgreSQL exact p50 {out_modes['pg_exact']['p50_ms']:.3f} ms "
             f"({result['postgresql']['ratio']['exact_p50']:.2f}x SQLite), identify p50 "
             f"{out_modes['pg_identify']['p50_ms']:.3f} ms, recall exact {out_modes['pg_exact']['recall_at_10']:.3f}"
             + (f"; hnsw p50 {out_modes['pg_hnsw']['p50_ms']:.3f} ms, recall "
                f"{out_modes['pg_hnsw']['recall_at_10']:.3f}" if hnsw else ""))
-        if concurrency_adds:
-            from pg_retrieval import concurrency
-            log(f"  concurrency: two engine processes on {pg_db}, {concurrency_adds} adds each")
-            result["postgresql"]["concurrency"] = concurrency(  # probes near each person vector: genuine
-                pg_url, text_model=encoder.name, hnsw_threshold=modes["pg_exact"],
-                owners=owner_ids["postgresql"], templates=gallery.people, modality=modality,
-                adds=concurrency_adds, seed=seed + 7)
-            c = result["postgresql"]["concurrency"]
-            log(f"  concurrency: search p50/p95 {fmt_ms(c['search_while_other_adds'])} ms while the other adds "
-                f"(quiet {fmt_ms(c['search_quiet'])}), {c['adds_per_s']:.1f} adds/s, all visible "
-                f"{c['all_adds_visible_to_other']}, wrong-owner notes {c['wrong_owner_notes']}")
+    return result
+
+
+def two_processes(built: Built, engines: Engines, encoder: TextEncoder, adds: int, seed: int) -> dict[str, Any]:
+    """Two engine processes on the rung's PostgreSQL database, each searching while the other adds (pg_server's
+    concurrency), with probes near each person vector: genuine."""
+    from benchmarks.pg_server import concurrency
+
+    log(f"  concurrency: two engine processes on {built.pg_db}, {adds} adds each")
+    c = concurrency(built.pg_url, text_model=encoder.name, hnsw_threshold=engines.modes["pg_exact"],
+                    owners=engines.owner_ids["postgresql"], templates=built.data.gallery.people,
+                    modality=built.shape.modality, adds=adds, seed=seed + 7)
+    log(f"  concurrency: search p50/p95 {fmt_ms(c['search_while_other_adds'])} ms while the other adds "
+        f"(quiet {fmt_ms(c['search_quiet'])}), {c['adds_per_s']:.1f} adds/s, all visible "
+        f"{c['all_adds_visible_to_other']}, wrong-owner notes {c['wrong_owner_notes']}")
+    return c
+
+
+def run_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None, encoder: TextEncoder,
+             queries: int, seed: int, workdir: Path, keep: bool, profile: bool, hnsw_ef: int | None,
+             hnsw: bool = True, pg: Any = None, concurrency_adds: int = 0) -> dict[str, Any]:
+    """One rung: SQLite (exact, and hnsw forced unless `hnsw` is False) against the paper baseline, plus
+    PostgreSQL (pg_exact, pg_hnsw) on the same notes when `pg` (a pg_server.Server) is given; with
+    `concurrency_adds`, then two engine processes on the PostgreSQL database, each searching while the other adds.
+
+    Every identity is enrolled with templates of `shape`. Genuine probes (at target scores, Gallery.targets) and
+    strangers' probes are timed; so is the gate alone (`mem.gate.decide`, and `mem.identify`, the gate with its
+    attempt-limit and label reads) in the same interleaved loop, against the exact scan's decision in numpy."""
+    built = build_rung(n_notes, n_ids, shape=shape, model=model, seed=seed, workdir=workdir, pg=pg)
+    asked = draw_queries(built.data.gallery, queries, seed)
+    engines = open_engines(built, encoder, hnsw=hnsw, hnsw_ef=hnsw_ef)
+    reference = exact_reference(built, asked, engines, seed)
+    out_modes, rss_warm = warm_up(built, asked, engines)
+    paths = Paths(engines, shape.modality)
+    checks = Checks(paths.names, reference, engines, asked)
+    timings = interleaved(paths, built, asked, checks, seed)
+    out_modes.update(back_to_back(paths, asked))
+    summarise_paths(out_modes, paths, timings, checks, built, asked)
+    profiles = profile_searches(built, asked, engines) if profile else {}
+    for mem in engines.mems.values():
+        mem.close()
+    result = rung_row(built, asked, engines, reference, out_modes, rss_warm, profiles, hnsw, pg)
+    if pg is not None and concurrency_adds:
+        result["postgresql"]["concurrency"] = two_processes(built, engines, encoder, concurrency_adds, seed)
     share = result["gate_share"]
     log(f"  exact p50 {out_modes['exact']['p50_ms']:.3f} ms (back to back "
         f"{out_modes['exact_back_to_back']['p50_ms']:.3f}), gate decide / identify p50 "
@@ -811,15 +618,15 @@ def run_rung(n_notes: int, n_ids: int, *, shape: Shape, model: ScoreModel | None
         f"speed-up {result['speedup_exact']:.1f}x, recall {out_modes['exact']['recall_at_10']:.3f}, decisions "
         f"exact {out_modes['exact']['gate_decision_exact']:.3f} / {out_modes['impostor']['gate_decision_exact']:.3f}"
         + (f"; hnsw p50 {out_modes['hnsw']['p50_ms']:.3f} ms" if hnsw else ""))
-    mems.clear()
-    data.embeddings = data.note_biometrics = np.empty(0)  # GBs at 1M notes: freed before the next rung
+    engines.mems.clear()
+    built.data.embeddings = built.data.note_biometrics = np.empty(0)  # GBs at 1M notes: freed before the next rung
     gc.collect()
     if keep:
-        log(f"  kept {rung_dir}")
+        log(f"  kept {built.folder}")
     else:
-        shutil.rmtree(rung_dir, ignore_errors=True)
+        shutil.rmtree(built.folder, ignore_errors=True)
         if pg is not None:
-            pg.drop(pg_db)
+            pg.drop(built.pg_db)
     return result
 
 
@@ -1251,7 +1058,7 @@ def household_breakdown(mems: dict[str, BioMemory], data: dict[str, HouseholdSto
                         layout_of: dict[str, str], below_of: dict[str, int | None], people: np.ndarray,
                         query_vecs: np.ndarray, probes: np.ndarray, modality: str) -> dict[str, Any]:
     """Where a search's time goes, each part timed on its own over the same queries, back to back: the gate
-    (identify), the reach (group ids + hidden_notes), search_as (reach, rank in each partition, filter, fetch),
+    (identify), the reach (group ids + hidden_notes), Retrieval.search (reach, rank in each partition, filter, fetch),
     and the store statements a grouped or filtered search adds, one by one."""
     from biomem.stores.filters import parse_filters
 
@@ -1267,11 +1074,11 @@ def household_breakdown(mems: dict[str, BioMemory], data: dict[str, HouseholdSto
     gates = {layout: [mem.identify(Probe(p, modality)) for p in probes] for layout, mem in mems.items()}
     for layout, mem in mems.items():
         out[f"{layout}_identify"] = timed(lambda i: mem.identify(Probe(probes[i], modality)))
-        out[f"{layout}_reach"] = timed(lambda i: mem.reach(gates[layout][i].admitted))
+        out[f"{layout}_reach"] = timed(lambda i: mem.households.reach(gates[layout][i].admitted))
     for name in names:
         mem, where = mems[layout_of[name]], household_filter(below_of[name])
-        out[f"{name}_search_as"] = timed(lambda i: mem.search_as(gates[layout_of[name]][i], query_vecs[i], k=K,
-                                                                 filters=where))
+        out[f"{name}_search_as"] = timed(lambda i: mem.retrieval.search(
+            gates[layout_of[name]][i], mem.retrieval.query(query_vecs[i], k=K, filters=where)))
     mem, d = mems["grouped"], data["grouped"]
     store = mem.store
     person = [int(d.person_ids[int(j)]) for j in people]
@@ -1295,7 +1102,7 @@ def household_breakdown(mems: dict[str, BioMemory], data: dict[str, HouseholdSto
     from biomem.stores.base import Within
     from biomem.stores.blas import one_thread
 
-    excluded = [frozenset(mem.reach([person[i]])[1]) for i in range(len(people))]
+    excluded = [frozenset(mem.households.reach([person[i]])[1]) for i in range(len(people))]
     tree = parse_filters(household_filter(10))
     out["rank_own_partition"] = timed(lambda i: mem.partitions.search(person[i], query_vecs[i], K))
     out["rank_group_partition"] = timed(lambda i: mem.partitions.search(group[i], query_vecs[i], K)
@@ -1705,7 +1512,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     postgres = args.store == "postgresql"
     if args.out is None:
-        args.out = ROOT / "benchmarks" / "results" / ("retrieval_postgresql.json" if postgres else "retrieval.json")
+        args.out = RESULTS / ("retrieval_postgresql.json" if postgres else "retrieval.json")
     if postgres and not args.ingest:
         args.skip_ingest = True
 
@@ -1737,8 +1544,8 @@ def main(argv: list[str] | None = None) -> int:
     load_s = time.perf_counter() - t0
     log(f"text encoder {encoder.name} loaded in {load_s:.1f} s")
     results: dict[str, Any] = {
-        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info_here(),
+        "command": command("retrieval", argv),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": search_machine_info(),
         "engine": str(Path(sys.modules["biomem"].__file__).parent),
         "gate_code": gate_code(),
         "config": {"k": K, "queries": queries, "ladder": [(n, u, str(sh)) for n, u, sh in ladder],
@@ -1762,7 +1569,7 @@ def main(argv: list[str] | None = None) -> int:
         log("score model: " + ", ".join(f"{k} {v:.4g}" for k, v in model.as_dict().items()))
     server = None
     if postgres and (not args.skip_search or household_pg):
-        from pg_retrieval import Server
+        from benchmarks.pg_server import Server
         server = Server(Path(tempfile.mkdtemp(prefix="biomem-bench-pg-", dir=workdir)))
         results["config"]["store"] = "postgresql"
         results["config"]["postgresql"] = {"version": server.version, "server_settings": server.settings}
@@ -1797,10 +1604,7 @@ def main(argv: list[str] | None = None) -> int:
     table = report(results)
     print(table)
     print(f"\nwall time {results['wall_s']:.0f} s; JSON: {args.out}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(args.out.suffix + ".tmp")
-    tmp.write_text(json.dumps(results, indent=2, default=float))
-    tmp.replace(args.out)
+    write_result(args.out, results, default=float)
     return 0
 
 

@@ -1,7 +1,7 @@
 """`biomem serve` under load: 1, 8 and 32 concurrent clients asking, searching and adding with face probes.
 
-    python benchmarks/service.py                    # 100 identities x 100 notes, 600 requests per level
-    python benchmarks/service.py --requests 60      # a quick look
+    python -m benchmarks.service                    # 100 identities x 100 notes, 600 requests per level
+    python -m benchmarks.service --requests 60      # a quick look
 
 The store: 100 identities with 100 notes each. 16 of them are real people (`biomem.identity.samples`'
 sample faces, enrolled from their photo with face-arcface-s; a photo in which the detector sees a
@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
-import json
 import os
 import random
 import signal
@@ -50,22 +49,23 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="biomem-service-config-")  # the store's template key
+import httpx
+import numpy as np
+from PIL import Image
+
+from benchmarks.common import RESULTS, arguments, write_result
+from benchmarks.machine import machine_info
+from biomem import BioMemory
+from biomem.engine.keys import create_key
+from biomem.errors import MultipleFacesError, NoFaceError
+from biomem.identity.samples import augment, calibration_faces
+from biomem.notes.llamacpp import free_port
+
+# read when the store opens here and by the server, which inherits them: the store's template key goes to a
+# throw-away folder, and every client is a legitimate owner (attempt limits off)
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="biomem-service-config-")
 os.environ["BIOMEM_ATTEMPTS"] = "off"
 
-import httpx  # noqa: E402
-import numpy as np  # noqa: E402
-from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
-from PIL import Image  # noqa: E402
-
-from biomem import BioMemory  # noqa: E402
-from biomem.engine.keys import create_key  # noqa: E402
-from biomem.errors import MultipleFacesError, NoFaceError  # noqa: E402
-from biomem.identity.samples import augment, calibration_faces  # noqa: E402
-from biomem.notes.llamacpp import free_port  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
 ENCODER = "face-arcface-s"
 CORES = os.cpu_count() or 2  # the server, the bound's threads and the load generator share them
 MIX = (("ask", 0.80), ("search", 0.15), ("add", 0.05))
@@ -268,7 +268,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=480, help="unmeasured requests first (0: start cold)")
     parser.add_argument("--notes", type=int, default=100, help="notes per identity")
     parser.add_argument("--synthetic", type=int, default=84, help="identities with random templates")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "service.json"))
+    parser.add_argument("--out", type=Path, default=RESULTS / "service.json")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="biomem-service-"))
@@ -318,14 +318,11 @@ def main() -> None:
     print(f"\nacknowledged adds: {adds['acknowledged']}, missing {adds['missing']}, duplicated {adds['duplicated']}, "
           f"under another owner {adds['wrong_owner']}, "
           f"under another id than acknowledged {adds['not_the_acknowledged_id']}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine_info("onnxruntime", "uvicorn", "fastapi", "httpx"),
-                               "args": vars(args), "store_build_s": round(build_s, 1),
-                               "encoder_bound_probes_per_s": round(bound, 2),
-                               "probe_and_question_per_s": round(floor, 2), "warmup": warm if args.warmup else None,
-                               "levels": rows, "adds": adds},
-                              indent=2))
+    out = write_result(args.out, {"machine": machine_info("onnxruntime", "uvicorn", "fastapi", "httpx"),
+                                  "args": arguments(args), "store_build_s": round(build_s, 1),
+                                  "encoder_bound_probes_per_s": round(bound, 2),
+                                  "probe_and_question_per_s": round(floor, 2),
+                                  "warmup": warm if args.warmup else None, "levels": rows, "adds": adds})
     print(f"wrote {out}")
 
 

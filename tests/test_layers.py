@@ -1,8 +1,10 @@
-"""The folders are layers: read every import of `biomem` and `modalities` from the source (inside functions
-too, only `if TYPE_CHECKING:` blocks left out) and check that imports flow one way and never close a circle.
+"""The folders are layers: read every import of `biomem`, `modalities` and `benchmarks` from the source (inside
+functions too, only `if TYPE_CHECKING:` blocks left out) and check that imports flow one way and never close a
+circle.
 
-    surfaces (server, ui, eval, cli, client, the biomem package itself) -> engine -> identity | notes
-    -> stores -> settings -> vocabulary -> errors;  modalities below all, importing nothing from biomem
+    benchmarks (run as `python -m benchmarks.<name>`, imported by nothing of the engine) -> surfaces (server, ui,
+    eval, cli, client, the biomem package itself) -> engine -> identity | notes -> stores -> settings -> vocabulary
+    -> errors;  modalities below all, importing nothing from biomem
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from biomem import errors as biomem_errors
 from modalities import errors as modalities_errors
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("biomem", "modalities")
+PACKAGES = ("biomem", "modalities", "benchmarks")
+ENGINE = ("biomem", "modalities")  # what is shipped; the benchmarks measure it from above
 # The layer of a biomem module is its first name under biomem; identity and notes are siblings that do not
 # import each other. A module whose layer is not listed fails the test until it is given one.
 LAYERS = {"errors": "errors", "vocabulary": "vocabulary", "settings": "settings", "stores": "stores",
@@ -133,15 +136,16 @@ def cycle_in(graph: dict[str, dict[str, int]], group: set[str]) -> list[str]:
 
 def test_every_module_is_read():
     assert {"biomem", "biomem.cli", "biomem.engine.memory", "biomem.stores.sqlite.store",
-            "modalities.ccnet"} <= set(GRAPH)
+            "modalities.ccnet", "benchmarks", "benchmarks.common", "benchmarks.retrieval"} <= set(GRAPH)
     assert "biomem.identity.gate" in GRAPH["biomem.engine.memory"]  # relative imports resolved
     assert "biomem.engine.memory" in GRAPH["biomem.cli.common"]  # imports inside functions count
+    assert "benchmarks.pg_server" in GRAPH["benchmarks.retrieval"]  # a benchmark's own imports, inside functions too
 
 
 def test_every_imported_module_exists():
-    """A stale path (a module that moved) is named here, in the packages, the tests, the benchmarks and
+    """A stale path (a module that moved) is named here, in the packages (the benchmarks among them), the tests and
     app.py, rather than failing at run time or resolving to another checkout's copy of the package."""
-    users = {path: imports(path) for folder in ("tests", "benchmarks") for path in sorted((ROOT / folder).glob("*.py"))}
+    users = {path: imports(path) for path in sorted((ROOT / "tests").glob("*.py"))}
     users[ROOT / "app.py"] = imports(ROOT / "app.py")
     users.update({MODULES[module]: targets for module, targets in GRAPH.items()})
     missing = [f"{path.relative_to(ROOT)}:{line} imports {target}"
@@ -174,3 +178,30 @@ def test_modalities_imports_nothing_from_biomem():
     assert not from_biomem, "\n".join(from_biomem)
     assert Path(modalities.__file__).parent == ROOT / "modalities"
     assert biomem_errors.NoFaceError is modalities_errors.NoFaceError  # one class, re-exported
+
+
+def test_the_engine_never_imports_the_benchmarks():
+    found = [f"{MODULES[module].relative_to(ROOT)}:{line} imports {target}"
+             for module, targets in GRAPH.items() if module.split(".")[0] in ENGINE
+             for target, line in targets.items() if target.split(".")[0] == "benchmarks"]
+    assert not found, "\n".join(found)
+
+
+def test_benchmarks_run_as_modules_of_their_package():
+    """`python -m benchmarks.<name>` from the checkout's root finds the engine and the benchmarks' own modules:
+    no benchmark touches sys.path, and none imports another by its bare name (`import machine`), which resolves
+    only when benchmarks/ itself is on sys.path."""
+    siblings = {module.rpartition(".")[2] for module in GRAPH if module.startswith("benchmarks.")}
+    wrong = []
+    for module, path in MODULES.items():
+        if module.split(".")[0] != "benchmarks":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and ast.unparse(node) == "sys.path":
+                wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} touches sys.path")
+            elif isinstance(node, ast.Import):
+                wrong += [f"{path.relative_to(ROOT)}:{node.lineno} imports {alias.name} by its bare name"
+                          for alias in node.names if alias.name.split(".")[0] in siblings]
+            elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in siblings:
+                wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} imports from {node.module} by its bare name")
+    assert not wrong, "\n".join(wrong)

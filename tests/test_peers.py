@@ -5,15 +5,10 @@ reads, changes and deletes nothing of someone else's."""
 import argparse
 import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import peers  # noqa: E402  (benchmarks/peers.py)
+from benchmarks import peers
 
 
 def test_bio_memory_row_and_skipped_peers(tmp_path, capsys):
