@@ -31,6 +31,8 @@ WORKDIR /home/user/app
 RUN pip install --user --index-url https://download.pytorch.org/whl/cpu torch==2.14.1 torchvision==0.29.1
 COPY --chown=user requirements.txt .
 RUN pip install --user -r requirements.txt
+# voice-ge2e's weights: resemblyzer's wheel without its dependencies (librosa, numba: none used)
+RUN pip install --user --no-deps resemblyzer==0.1.4
 COPY --chown=user . .
 RUN pip install --user --no-deps .
 

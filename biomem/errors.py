@@ -5,11 +5,13 @@ The encoders' errors live in `modalities.errors` (so that `modalities` imports n
 """
 
 from modalities.errors import (  # noqa: F401  (re-exported)
+    AudioTooLongError,
     BioMemError,
     CorruptImageError,
     ImageBombError,
     ImageTooLargeError,
     ImageTooSmallError,
+    InvalidAudioError,
     InvalidImageError,
     InvalidInputError,
     ModelUnavailableError,
@@ -18,9 +20,12 @@ from modalities.errors import (  # noqa: F401  (re-exported)
     NoPalmError,
     PluginError,
     PoorCaptureError,
+    TooLittleSpeechError,
     UnknownEncoderError,
     UnknownModalityError,
+    UnsupportedAudioFormatError,
     UnsupportedImageFormatError,
+    WrongModalityError,
 )
 
 

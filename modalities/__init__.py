@@ -42,6 +42,7 @@ _BUILTINS: dict[str, str] = {
     "face-arcface-s": "modalities.arcface:ArcFaceSmallEncoder",
     "palm-ccnet": "modalities.ccnet:CCNetEncoder",
     "palm-compcode": "modalities.compcode:CompCodeEncoder",
+    "voice-ge2e": "modalities.voice_ge2e:GE2EVoiceEncoder",
 }
 _registered: dict[str, type[Encoder]] = {}
 

@@ -101,7 +101,7 @@ class ArcFaceEncoder(Encoder):
         ),
     )
 
-    # Measured on the sample faces and degraded copies of them: benchmarks/quality.py, docs/gate.md.
+    # Measured on the sample faces and degraded copies of them: benchmarks/quality.py, docs/gate-quality.md.
     # Every sample photo and 645 augmented captures clear both bars (the worst: 75.7 px, yaw 59.9°, roll 41.1°,
     # sharpness 0.011, score 0.647); the enrol bar refuses halved faces, blur r=2 and most dim or cut frames.
     quality_bars = {"probe": QualityBar(min_size=40, max_yaw=70, max_roll=55, min_sharpness=0.006, min_score=0.55),

@@ -80,3 +80,24 @@ def describe(exc: BaseException) -> str:
     """One line for people naming an exception: `ExceptionClass: first line of its message`."""
     lines = str(exc).strip().splitlines()
     return f"{exc.__class__.__name__}: {lines[0]}" if lines else exc.__class__.__name__
+
+
+class WrongModalityError(InvalidInputError):
+    """A capture of another modality than the encoder's: an image given to a voice encoder, say."""
+
+
+class InvalidAudioError(InvalidInputError):
+    """A file, bytes or array that is not a usable recording; its subclasses name the other reasons audio is refused."""
+
+
+class UnsupportedAudioFormatError(InvalidAudioError):
+    """A recording in a format the decoder does not read (M4A, WebM, AIFF ...): convert it to WAV, FLAC, OGG or MP3."""
+
+
+class AudioTooLongError(InvalidAudioError):
+    """A recording longer, or a file larger, than the decoder takes (modalities.audio.MAX_SECONDS, MAX_FILE_BYTES)."""
+
+
+class TooLittleSpeechError(PoorCaptureError):
+    """A recording with too little speech once the silences are cut (or none): the person must speak longer.
+    A PoorCaptureError, so callers that show a capture's hint show "speak longer"."""

@@ -281,7 +281,7 @@ def test_outsiders_posting_the_household_events_learn_nothing_of_a_household(tmp
         door = {fn.fn.door: i for i, fn in fns.items()
                 if getattr(fn.fn, "door", None) in ("page:households", "page:found_household", "page:join_household")}
         door["memo"] = next(i for i, fn in fns.items() if getattr(fn.fn, "door", None) == "page:remember"
-                            and len(fn.inputs) == 6)  # the Enrol tab's Remember: text, probe, burst, where, hidden,
+                            and len(fn.inputs) == 7)  # the Enrol tab's Remember: text, probe, burst, where, hidden,
         # encoder (a probe box's webcam burst is a gr.State: its slot is posted empty, the server holds its frames)
         n = iter(range(100))
 
@@ -299,16 +299,17 @@ def test_outsiders_posting_the_household_events_learn_nothing_of_a_household(tmp
 
         zoe, stranger, face = (lambda: probe(demo_capture(5, 3))), (lambda: probe(demo_capture(6, 2))), "face-arcface-s"
         # no probe at all
-        assert "No probe" in post("page:households", [None, None, face], "nobody")
+        assert "No probe" in post("page:households", [None, None, face, None], "nobody")
         assert "No probe" in post("page:found_household", ["Home", None, None, face], "nobody")
         assert "Two people needed" in post("page:join_household", ["Home", None, None, None, None, face], "nobody")
         # a stranger
-        assert "Not recognised" in post("page:households", [stranger(), None, face], "stranger")
+        assert "Not recognised" in post("page:households", [stranger(), None, face, None], "stranger")
         assert "fresh, clear probe" in post("page:join_household", ["Home", stranger(), None, zoe(), None, face],
                                             "stranger")
-        assert "Not recognised" in post("memo", ["Let me in", stranger(), None, str(home.id), [], face], "stranger")
+        assert "Not recognised" in post("memo", ["Let me in", stranger(), None, str(home.id), [], face, None],
+                                        "stranger")
         # Zoe, in no household: her list is empty, and Home is as absent as a household that never was
-        listed = post("page:households", [zoe(), None, face], "zoe")
+        listed = post("page:households", [zoe(), None, face, None], "zoe")
         assert '"success": true' in listed
         offered = call_event(served.url, door["page:households"] + 1, [None, None], "zoe")  # the event that shows it
         assert "Zoe** belongs to no household yet" in json.dumps(offered)
@@ -316,7 +317,7 @@ def test_outsiders_posting_the_household_events_learn_nothing_of_a_household(tmp
         errors = {label: json.loads(post("page:join_household", [label, zoe(), None, stranger(), None, face],
                                          f"zoe-{label}"))["output"] for label in ("Home", "Nowhere")}
         assert errors["Home"] == errors["Nowhere"] and "No such household" in json.dumps(errors["Home"])
-        forged = {where: json.loads(post("memo", ["Zoe was here", zoe(), None, where, [], face],
+        forged = {where: json.loads(post("memo", ["Zoe was here", zoe(), None, where, [], face, None],
                                          f"zoe-{where}"))["output"] for where in (str(home.id), "999999")}
         assert forged[str(home.id)] == forged["999999"] and "No such household" in json.dumps(forged["999999"])
         assert cached_images(served.cache) == []
@@ -344,15 +345,15 @@ def test_a_forged_page_payload_is_told_what_to_do_never_an_exception_s_name(tmp_
 
         face = "face-arcface-s"
         for name, data, said in (
-                ("page:ask", [{"question": "What is my PIN?"}, probe(), None, face], "reload the page"),
-                ("page:remember", [["My PIN is 0000"], probe(), None, face], "reload the page"),
+                ("page:ask", [{"question": "What is my PIN?"}, probe(), None, face, None], "reload the page"),
+                ("page:remember", [["My PIN is 0000"], probe(), None, face, None], "reload the page"),
                 ("page:found_household", [{"name": "Home"}, probe(), None, face], "reload the page"),
-                ("page:delete_note", ["nan", probe(), None, None, face], "id of one of your notes")):
+                ("page:delete_note", ["nan", probe(), None, None, face, None], "id of one of your notes")):
             output = call_event(served.url, door[name], data, f"forged-{name}")["output"]
             assert said in output.get("error", ""), (name, output)
             assert not re.search(r"\w+(Error|Exception)\b", json.dumps(output)), (name, output)
         with mock.patch.object(served.ui, "answer", side_effect=KeyError("gate")):  # a fault past the checks
-            output = call_event(served.url, door["page:ask"], ["What is my PIN?", probe(), None, face], "fault")
+            output = call_event(served.url, door["page:ask"], ["What is my PIN?", probe(), None, face, None], "fault")
         assert "reload the page" in output["output"]["error"] and "KeyError" not in json.dumps(output)
         assert cached_images(served.cache) == []
     assert mem.store.counts() == before

@@ -49,6 +49,7 @@ from .limits import AttemptLimiter
 from .samples import sample_people_captures
 
 Clients = str | Sequence[str] | None  # a requester's keys for attempt limits: session, address
+SOFT_KINDS = frozenset({"voice"})  # encoder kinds that attribute a request but never clear a step-up alone
 
 
 class Biometrics:
@@ -144,12 +145,13 @@ class Biometrics:
 
     def probes(self, probe: Any) -> list[Probe]:
         """One or more Probes from a sample, a Probe, a Burst, a list of them, or {modality: sample}, where a
-        list or tuple of frames under a modality is a Burst (biomem.identity.bursts)."""
+        list or tuple of frames under a modality is a Burst (biomem.identity.bursts), except under a voice, where a
+        tuple is one recording as Gradio gives it: (sample rate, samples)."""
         if probe is None:
             raise InvalidInputError("a probe is needed")
         if isinstance(probe, dict):
-            probes = [self.probe(Burst(sample) if isinstance(sample, (list, tuple)) else sample, modality)
-                      for modality, sample in probe.items()]
+            probes = [self.probe(Burst(sample) if isinstance(sample, (list, tuple)) and not self._soft(modality)
+                                 else sample, modality) for modality, sample in probe.items()]
         elif isinstance(probe, (list, tuple)):
             probes = [self.probe(sample) for sample in probe]
         else:
@@ -220,16 +222,20 @@ class Biometrics:
         return gate.identity
 
     def verify(self, probe: Any, action: str = "this action", *, client: Clients = None) -> int:
-        """Step-up: the identity a fresh probe proves at the stricter τ, with a probe of every
-        modality that identity enrolled; StepUpRequiredError otherwise."""
+        """Step-up: the identity a fresh probe proves at the stricter τ, with a probe of every modality that identity
+        enrolled other than a voice; StepUpRequiredError otherwise, and for a voice alone, which never proves
+        anyone (a recording or an imitation passes it), before any encoder runs."""
         self.limiter.check(client)
+        if isinstance(probe, dict) and probe and all(self._soft(name) for name in probe):
+            raise StepUpRequiredError(f"{action} needs your face or palm: a voice alone never proves who you are "
+                                      "(a recording of it would pass): nothing was changed")
         probes = self.probes(probe)
         owner = self.stepped_up(probes)
         if owner is None:
             self.limiter.miss(client)
             raise StepUpRequiredError(f"{action} needs a fresh, clear probe of you (a stricter match than "
                                       "asking): nothing was changed")
-        missing = set(self.store.modalities(owner)) - {p.modality for p in probes}
+        missing = self._unproved(owner, probes)
         if missing:
             raise StepUpRequiredError(f"{action} needs a probe of each kind you enrolled "
                                       f"({', '.join(sorted(missing))} missing): nothing was changed")
@@ -237,9 +243,22 @@ class Biometrics:
 
     def clears_step_up(self, gate: GateResult, probes: list[Probe]) -> bool:
         """Whether the one person `gate` admitted is also proved at the step-up τ by `probes`, a probe of every
-        modality they enrolled among them: what a broad read (a listing) asks."""
+        modality they enrolled (a voice aside) among them: what a broad read (a listing) asks."""
         return len(gate.admitted) == 1 and self.stepped_up(probes) == gate.identity and \
-            set(self.store.modalities(gate.identity)) <= {p.modality for p in probes}
+            not self._unproved(gate.identity, probes)
+
+    def _unproved(self, owner: int, probes: list[Probe]) -> set[str]:
+        """The modalities `owner` enrolled that a step-up needs and `probes` lack: every one but a voice, and, when
+        the probes hold only voices, a kind that proves (a voice is attribution, never proof)."""
+        given = {p.modality for p in probes}
+        missing = {m for m in self.store.modalities(owner) if not self._soft(m)} - given
+        if all(self._soft(m) for m in given):
+            missing |= {"a face or palm"}
+        return missing
+
+    def _soft(self, modality: str | None) -> bool:
+        """Whether `modality` is a voice: a soft biometric that attributes a request, never proves it (SOFT_KINDS)."""
+        return self._kind(modality or self.modality) in SOFT_KINDS
 
     def stepped_up(self, probes: list[Probe]) -> int | None:
         """The one identity the probes prove at the stricter step-up τ, else None (no miss counted): a probe of one
@@ -393,10 +412,11 @@ class Biometrics:
         return self.store.identities()
 
     def other_kind(self, modality: str | None = None) -> str | None:
-        """A modality enrolled in this store of another kind than `modality` (a face's palm, say):
-        the encoder of a second step-up probe; None when nobody enrolled one."""
+        """A modality enrolled in this store of another kind than `modality` (a face's palm, say), never a voice: the
+        encoder of a second step-up probe; None when nobody enrolled one."""
         kind = self.encoders.info(modality or self.modality).kind
-        return next((m for m in self.store.modalities() if self._kind(m) not in (kind, None)), None)
+        return next((m for m in self.store.modalities() if self._kind(m) not in (kind, None) and not self._soft(m)),
+                    None)
 
     def _kind(self, modality: str) -> str | None:
         try:

@@ -242,7 +242,7 @@ def calibrate_folder(encoder: modalities.Encoder | str, data_dir: str | Path, *,
     if not root.is_dir():
         raise InvalidInputError(f"calibration data folder not found: {root}")
     if pairs is None:
-        folders = identity_folders(root)
+        folders = identity_folders(root, encoder.info.kind)
         vectors, refused = encode_all(encoder, root, [p for paths in folders.values() for p in paths])
         sizes = [n for n in (sum(p in vectors for p in paths) for paths in folders.values()) if n]
         matrix = stack_vectors(vectors, root)
@@ -261,7 +261,7 @@ def calibrate_folder(encoder: modalities.Encoder | str, data_dir: str | Path, *,
         genuine, impostor = scores[same], scores[~same]
         extra = {"pairs_file": str(pairs), "skipped_pairs": len(rows) - len(kept)}
     if refused:
-        log.warning("%d of %d images refused by %s", len(refused), len(vectors) + len(refused), encoder.name)
+        log.warning("%d of %d captures refused by %s", len(refused), len(vectors) + len(refused), encoder.name)
     report = calibrate_scores(genuine, impostor, fmr=fmr, modality=encoder.name)
     return replace(report, data_dir=str(root), images=len(vectors), refused=refused, **extra)
 

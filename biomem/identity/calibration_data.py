@@ -19,14 +19,18 @@ log = logging.getLogger(__name__)
 PAIR_CHUNK = 1 << 22  # floats gathered at once when scoring pairs (16 MB)
 
 
-def identity_folders(root: Path) -> dict[str, list[str]]:
-    """{identity: image paths relative to root} for every non-hidden sub-folder, sorted for reproducibility."""
-    suffixes = Image.registered_extensions()
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".opus", ".mp3")  # the recordings a voice encoder reads (modalities.audio)
+
+
+def identity_folders(root: Path, kind: str = "face") -> dict[str, list[str]]:
+    """{identity: capture paths relative to root} for every non-hidden sub-folder, sorted for reproducibility: images,
+    or recordings for an encoder of `kind` "voice"."""
+    suffixes = AUDIO_SUFFIXES if kind == "voice" else Image.registered_extensions()
     folders = {d.name: sorted(f"{d.name}/{f.name}" for f in d.iterdir()
                               if f.is_file() and f.suffix.lower() in suffixes and not f.name.startswith("."))
                for d in sorted(root.iterdir()) if d.is_dir() and not d.name.startswith(".")}
     if not any(folders.values()):
-        raise InvalidInputError(f"{root} holds no identity folders with images (expected DIR/<identity>/<images>)")
+        raise InvalidInputError(f"{root} holds no identity folders with captures (expected DIR/<identity>/<files>)")
     return folders
 
 

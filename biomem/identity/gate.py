@@ -28,16 +28,18 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidInputError, ModalityMismatchError
-from ..stores import MemoryStore
+from ..stores import IdentityStore
 from ..vocabulary import FUSIONS, POLICIES
 from .candidates import CANDIDATE_CELLS, HINT, K_REST, STRONG, WIDEN, CandidateIndexes, K, Templates
 
-# δ per encoder until a calibrated one is stored (Biometrics.margin), from `calibrate_samples` (docs/gate.md):
+# δ per encoder until a calibrated one is stored (Biometrics.margin), by `calibrate_samples` (docs/gate-calibration.md):
 # face-arcface-s: τ 0.4291 minus the runner-up score 99% of its genuine probes stay under (0.247), rounded down;
 # face-arcface shares its recogniser family, uncalibrated (no weights offline). face-dlib: 0.0198 at its
 # intersection τ 0.9706 (0 at the default τ 0.95, where runner-ups clear τ: the τ half of the rule decides);
 # palm-compcode: 0 at both τ (runner-ups reach 0.40); both keep DEFAULT_MARGIN as a guard against hairline wins.
-DEFAULT_MARGINS = {"face-arcface-s": 0.18, "face-arcface": 0.18, "face-dlib": 0.02, "palm-compcode": 0.02}
+# voice-ge2e: 0 at τ 0.827 (FMR 1 %, speakerbox clips, clip against clip: runner-ups already fall below τ).
+DEFAULT_MARGINS = {"face-arcface-s": 0.18, "face-arcface": 0.18, "face-dlib": 0.02, "palm-compcode": 0.02,
+                   "voice-ge2e": 0.02}
 DEFAULT_MARGIN = 0.02  # other encoders (palm-ccnet: no weights here), uncalibrated: calibrate for a real δ
 
 @dataclass(frozen=True)
@@ -165,7 +167,7 @@ class Gate:
     """Template snapshots per modality, cached and reloaded when enrolment changes, and the candidate index over
     each (biomem.identity.candidates), refreshed on a background thread unless `background` is False."""
 
-    def __init__(self, store: MemoryStore, *, background: bool = True) -> None:
+    def __init__(self, store: IdentityStore, *, background: bool = True) -> None:
         self.store = store
         self._lock = threading.Lock()
         self._cache: dict[str, Templates] = {}

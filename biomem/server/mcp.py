@@ -65,7 +65,7 @@ from ..identity.disclosure import note_view
 from ..vocabulary import KEY_ROLES
 from .auth import authenticator, presented_key
 from .errors import invalid
-from .models import FILTERS, MAX_HIDDEN, METADATA, refuse_nul, valid_filters, valid_metadata
+from .models import CAPTURE_TYPES, FILTERS, MAX_HIDDEN, METADATA, refuse_nul, valid_filters, valid_metadata
 from .probes import Modalities
 
 log = logging.getLogger(__name__)
@@ -122,9 +122,11 @@ PROBE_DATA = ("The photo's file bytes, base64-encoded (PNG or JPEG; a data: URL 
               "One face, the person you are talking with, taken now.")
 PROBE_MODALITY = ("Leave out for a face photo. For a palm image, the palm encoder this memory enrolled "
                   "palms with, e.g. palm-compcode.")
-ALSO = ("Only for a person enrolled with more than one kind of biometric (a face and a palm): an image "
-        "of each other kind, taken now, each with its `modality`. Deleting needs them all; the other "
-        "tools work with the face alone. Leave out otherwise.")
+ALSO = ("Only for a person enrolled with more than one kind of biometric (a face and a palm, or a voice): an image "
+        "or recording (audio/wav, flac, ogg or mpeg; modality voice-ge2e) of each other kind, taken now, each with "
+        "its `modality`. "
+        "Deleting needs every kind but the voice, which never suffices alone; the other tools work with the face "
+        "alone. Leave out otherwise.")
 
 
 class ImageProbe(BaseModel):
@@ -144,8 +146,9 @@ class ImageProbe(BaseModel):
         url = re.match(r"data:([\w.+-]+/[\w.+-]+)?(;[^,]*)?,", data)
         if url:
             mime, data = (url.group(1) or mime).lower(), data[url.end():]
-        if not mime.startswith("image/"):
-            raise InvalidInputError(f"a probe is a photo (image/png or image/jpeg), not {mime[:40]!r}")
+        if not mime.startswith(CAPTURE_TYPES):
+            raise InvalidInputError("a probe is a photo (image/png or image/jpeg) or a voice recording (audio/wav, "
+                                    f"flac, ogg, mpeg), not {mime[:40]!r}")
         try:
             return base64.b64decode(re.sub(r"\s+", "", data), validate=True)
         except (binascii.Error, ValueError):

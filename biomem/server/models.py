@@ -31,6 +31,7 @@ from ..stores.filters import MAX_METADATA_KEYS, Filter, check_metadata, parse_fi
 
 B64 = "iVBORw0KGgo..."  # an abbreviated base64 PNG, for the examples
 MAX_EMBEDDING = 8192  # values of a precomputed probe
+CAPTURE_TYPES = ("image/", "audio/")  # a probe's MIME types: photos, and voice recordings (WAV, FLAC, OGG, MP3)
 Modality = Annotated[str, StringConstraints(min_length=1, max_length=100)]
 Id = Annotated[int, Field(gt=0, lt=2**63)]
 MAX_HIDDEN = 100  # members a household note is hidden from

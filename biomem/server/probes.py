@@ -48,7 +48,7 @@ from ..identity.bursts import Burst
 from ..identity.gate import Probe
 from .auth import Caller
 from .errors import ApiError, invalid
-from .models import ProbeData, repeated_key
+from .models import CAPTURE_TYPES, ProbeData, repeated_key
 
 MAX_BODY = MAX_FILE_BYTES * 3 // 2  # bytes of one request body: one photo of the largest size as base64, and fields
 MAX_IMAGES = 10  # enrolment captures per request
@@ -285,16 +285,18 @@ class Modalities:
 
 
 def decode(item: ProbeData, what: str = "probe") -> bytes:
-    """The image bytes of a base64 object (a data: URL works too); 422 if it is not an image."""
+    """The bytes of a base64 object, an image or a voice recording (a data: URL works too); 422 otherwise. Which
+    kind the bytes must be is the encoder's to say: a recording given as a face is refused there."""
     if item.embedding is not None or item.data is None:
         raise InvalidInputError(f"{what} needs base64 image data")
-    if item.mime_type and not item.mime_type.lower().startswith("image/"):
-        raise InvalidImageError(f"{what} is {item.mime_type}, not an image")
+    if item.mime_type and not item.mime_type.lower().startswith(CAPTURE_TYPES):
+        raise InvalidImageError(f"{what} is {item.mime_type}, not an image or a recording")
     data = item.data.strip()
     if data.startswith("data:"):
         header, _, data = data.partition(",")
-        if not header.lower().startswith("data:image/") or not header.lower().endswith(";base64"):
-            raise InvalidImageError(f"{what} is not a base64 image data URL")
+        if not header.lower().startswith(tuple(f"data:{kind}" for kind in CAPTURE_TYPES)) \
+                or not header.lower().endswith(";base64"):
+            raise InvalidImageError(f"{what} is not a base64 image or audio data URL")
     try:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):

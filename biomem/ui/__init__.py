@@ -10,6 +10,7 @@
     widgets.py     probe boxes, webcam bursts, and `action`: a button wired to the controller through its door
     messages.py    engine errors -> toasts with the app's titles
     uploads.py     probe files in Gradio's cache: read once, deleted at once
+    voices.py      recordings beside the probes: the voice encoder's name and the enrolment's speech meter
     style.py       CSS, theme, introduction and glosses
     launch.py      launch(), served() for tests, main() for `python app.py`
 """

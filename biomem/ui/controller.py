@@ -2,8 +2,9 @@
 
 Every decision (who matched, which notes may be read, what is stored or erased, attempt
 limits, step-up, how long an unlocked listing lasts) is the engine's; this layer reads and deletes
-probe uploads, checks that a field was filled in, knows each visitor's role (doors.Operators: an API key
-signed in on the page, else the store's default) and which action each browser tab has under way.
+probe uploads (images and recordings alike), checks that a field was filled in, knows each visitor's role
+(doors.Operators: an API key signed in on the page, else the store's default) and which action each browser
+tab has under way.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from .messages import fail, hint, readable
 from .sample_probes import SampleProbes
 from .tuning import Calibration
 from .turns import Crowded, Repeated, Turns
+from .voices import VOICE, voice_ready
 
 log = logging.getLogger("biomem.ui")
 UNLOCK_SECONDS = 120  # how long "My notes" stays unlocked in one browser tab: a kiosk's user walks away
@@ -65,6 +67,7 @@ class Controller:
         self.samples = SampleProbes()
         self.homes = Households(mem, self)  # the households panel (biomem.ui.homes)
         self.calibration = Calibration(mem, self.operators)  # the Calibrate tab (biomem.ui.tuning)
+        self.voice = voice_ready()  # recordings beside the probes (biomem.ui.voices), when the encoder loads here
 
     # ---- one action at a time per tab and group (biomem.ui.turns) ---------------------------------
 
@@ -97,11 +100,29 @@ class Controller:
         return client_keys(request.session_hash, request.client.host if request.client else "",
                            request.headers.get("x-forwarded-for"), trust_proxy=self.settings.trust_proxy)
 
-    def probe(self, value: Any, encoder: str | None, what: str = "probe",
-              client: list[str] | None = None) -> Shown:
+    def probe(self, value: Any, encoder: str | None, what: str = "probe", client: list[str] | None = None,
+              voice: Any = None) -> Shown:
         """Read, delete and encode one probe upload, or fuse a webcam burst's frames (biomem.ui.bursts) into
-        one probe; a client in cool-down costs no encoding. Returns the probe and the attempt-limit keys it
-        counts against: none for a sample capture this page handed out (public, so no attempt of anyone's)."""
+        one probe, and the recording `voice` beside it (or alone): the probe is then {modality: Probe}, which the
+        engine fuses by the store's rule. A client in cool-down costs no encoding. Returns the probe and the
+        attempt-limit keys it counts against: none for a sample capture this page handed out (public, so no
+        attempt of anyone's) unless a recording, the visitor's own, came with it."""
+        if not uploads.upload_path(voice):
+            return self.seen(value, encoder, what, client)
+        try:
+            heard = uploads.read_once(voice, "recording")
+        except gr.Error:
+            uploads.discard(value)
+            raise
+        if not uploads.upload_path(value) and not isinstance(value, Burst):  # a recording alone
+            self.mem.limiter.check(client)
+            return Shown(self.mem.probe(heard, VOICE), client)
+        shown = self.seen(value, encoder, what, client)
+        self.mem.limiter.check(client)
+        return Shown({shown.probe.modality: shown.probe, VOICE: self.mem.probe(heard, VOICE)}, client, shown.sample)
+
+    def seen(self, value: Any, encoder: str | None, what: str, client: list[str] | None) -> Shown:
+        """One image probe (or a webcam burst) read, deleted and encoded; see `probe`."""
         if isinstance(value, Burst):
             self.mem.limiter.check(client)
             return Shown(self.fused(value, encoder or self.mem.modality), client)
@@ -130,19 +151,26 @@ class Controller:
             raise fail(f"A frame of the burst's {count} shows several faces: one person at a time. Hold still and "
                        "take the burst again.", "More than one person") from None
 
-    def step_up(self, value: Any, second: Any, encoder: str | None,
-                client: list[str] | None) -> tuple[Probe | dict[str, Probe], list[str] | None]:
+    def step_up(self, value: Any, second: Any, encoder: str | None, client: list[str] | None,
+                voice: Any = None) -> tuple[Probe | dict[str, Probe], list[str] | None]:
         """A change's fresh probe: one, or two when the person enrolled a face and a palm (the second read
-        with the store's encoder of the other kind); with the attempt-limit keys they count against."""
+        with the store's encoder of the other kind), with a recording if given (the engine never takes a voice
+        alone as proof); with the attempt-limit keys they count against."""
         name = encoder or self.mem.modality
         if not uploads.upload_path(second):
-            return self.probe(value, name, "fresh probe", client)[:2]
-        other = self.mem.other_kind(name)
+            return self.probe(value, name, "fresh probe", client, voice)[:2]
+        other = self.other_kind(name)
         if other is None:
-            uploads.discard(value, second)
+            uploads.discard(value, second, voice)
             raise hint("Nobody here enrolled a second kind of probe: leave the second one empty.", "No second kind")
-        first, again = self.probe(value, name, "fresh probe", client), self.probe(second, other, "second probe", client)
-        return {name: first.probe, other: again.probe}, first.client or again.client
+        first = self.probe(value, name, "fresh probe", client, voice)
+        again = self.probe(second, other, "second probe", client)
+        parts = first.probe if isinstance(first.probe, dict) else {name: first.probe}
+        return {**parts, other: again.probe}, first.client or again.client
+
+    def other_kind(self, name: str) -> str | None:
+        """The store's encoder of images of another kind than `name` (a palm beside a face): the second box."""
+        return self.mem.other_kind(name)
 
     def sample_capture(self, person: str, encoder: str | None) -> np.ndarray:
         """A fresh capture of a sample person for the probe input (face or palm by the encoder)."""
@@ -151,7 +179,7 @@ class Controller:
     def second_sample(self, person: str, encoder: str | None) -> np.ndarray:
         """A fresh capture of a sample person of the other kind than `encoder` (their palm beside a
         face): the second probe of someone who enrolled both."""
-        other = self.mem.other_kind(encoder or self.mem.modality)
+        other = self.other_kind(encoder or self.mem.modality)
         if other is None:
             raise hint("Nobody here enrolled a second kind of probe: leave the second one empty.", "No second kind")
         return self.samples.hand_out(person, other, demo.sample_capture(self.mem, person, other))
@@ -172,29 +200,30 @@ class Controller:
                 "notes": [sourced(self.mem, note, named) for note in view["results"]], "gated_out": view["gated_out"],
                 "omitted": answer.omitted, "prompt": render.visible(answer.prompt)}
 
-    def ask(self, question: str, probe: Any, encoder: str | None = None,
-            request: gr.Request | None = None) -> dict[str, Any]:
-        """Ask as whoever the probe shows: the gate decides which memories the LLM may read."""
-        question = typed_text(question, "question", probe)
+    def ask(self, question: str, probe: Any, encoder: str | None = None, request: gr.Request | None = None,
+            voice: Any = None) -> dict[str, Any]:
+        """Ask as whoever the probe (and the recording `voice` beside it) shows: the gate decides which memories
+        the LLM may read."""
+        question = typed_text(question, "question", probe, voice)
         if not question:
-            uploads.discard(probe)
+            uploads.discard(probe, voice)
             raise hint("Type a question first.", "No question")
-        return self.answer(question, *self.probe(probe, encoder, client=self.clients(request))[:2])
+        return self.answer(question, *self.probe(probe, encoder, client=self.clients(request), voice=voice)[:2])
 
     def remember(self, text: str, probe: Any, encoder: str | None = None, request: gr.Request | None = None,
-                 where: Any = None, hidden: Any = None) -> dict[str, Any]:
+                 where: Any = None, hidden: Any = None, voice: Any = None) -> dict[str, Any]:
         """Store a memory for whoever the probe shows (refused when it matches nobody); `where` a household
         of theirs to write into instead (its id, as "My households" offered it) and `hidden` the ids of its
         members who must never read the note. The engine refuses a household the person is not in."""
-        text = typed_text(text, "text", probe)
+        text = typed_text(text, "text", probe, voice)
         try:
             if not text:
                 raise hint("Type what to remember first.", "Nothing to remember")
             scope, hidden_from = self.placement(where, hidden)
         except gr.Error:
-            uploads.discard(probe)
+            uploads.discard(probe, voice)
             raise
-        proof, client, _ = self.probe(probe, encoder, client=self.clients(request))
+        proof, client, _ = self.probe(probe, encoder, client=self.clients(request), voice=voice)
         if scope is None:
             note = self.mem.add(text, probe=proof, client=client)
             return {"kind": "remember", "question": text, "owner": self.mem.store.identity(note.owner).label,
@@ -224,22 +253,25 @@ class Controller:
         return scope, hidden_from
 
     def compare(self, question: str, probe_a: Any, probe_b: Any, encoder: str | None = None,
-                request: gr.Request | None = None) -> dict[str, Any]:
-        """One question, two requesters: two gate decisions, two retrieved sets, two answers."""
-        question = typed_text(question, "question", probe_a, probe_b)
-        if not question or not probe_a or not probe_b:
-            uploads.discard(probe_a, probe_b)
+                request: gr.Request | None = None, voice_a: Any = None, voice_b: Any = None) -> dict[str, Any]:
+        """One question, two requesters (each a probe, a recording, or both): two gate decisions, two retrieved
+        sets, two answers."""
+        held = (probe_a, probe_b, voice_a, voice_b)
+        question = typed_text(question, "question", *held)
+        if not question or not (probe_a or voice_a) or not (probe_b or voice_b):
+            uploads.discard(*held)
             if not question:
                 raise hint("Type a question first.", "No question")
-            raise hint("Give both probes (A and B): upload, webcam, or a sample person.", "Two probes needed")
+            raise hint("Give both probes (A and B): upload, webcam, a sample person or a recording.",
+                       "Two probes needed")
         client = self.clients(request)
         sides = {}
-        for side, value in (("a", probe_a), ("b", probe_b)):
+        for side, value, voice in (("a", probe_a, voice_a), ("b", probe_b, voice_b)):
             try:
-                proof, counted, sample = self.probe(value, encoder, client=client)
+                proof, counted, sample = self.probe(value, encoder, client=client, voice=voice)
                 sides[side] = {**self.answer(question, proof, counted), **({"sample": sample} if sample else {})}
             except TooManyAttemptsError:
-                uploads.discard(probe_a, probe_b)
+                uploads.discard(*held)
                 raise
             except BioMemError as exc:
                 title, message = readable(exc)
@@ -286,59 +318,67 @@ class Controller:
     # ---- enrolment and one's own notes ----------------------------------------------------------
 
     def enroll(self, label: str, files: list[Any] | None, capture: Any, encoder: str | None,
-               progress: Progress = silent, request: gr.Request | None = None, second: list[Any] | None = None) -> str:
-        """Create an identity from uploaded images and/or a capture, and `second`: images of another kind (a palm
-        beside a face, read by `second_kind`); each file deleted after use. A gated attempt of the requester's
+               progress: Progress = silent, request: gr.Request | None = None, second: list[Any] | None = None,
+               voices: list[Any] | None = None) -> str:
+        """Create an identity from uploaded images and/or a capture, `second`: images of another kind (a palm
+        beside a face, read by `second_kind`), and `voices`: recordings of the person speaking (never without an
+        image: a voice alone proves nothing); each file deleted after use. A gated attempt of the requester's
         client (biomem.identity.enrolment): refused in a cool-down before any encoding. Only the admin page
         enrols a look-alike relative of someone enrolled, whom the second kind tells apart."""
         client = self.clients(request)
         paths = [p for p in (files or []) if uploads.upload_path(p)]
         paths += [capture] if uploads.upload_path(capture) else []
         others = [p for p in (second or []) if uploads.upload_path(p)]
-        label, name = typed_text(label, "name", files, capture, second), encoder or self.mem.modality
+        spoken = [p for p in (voices or []) if uploads.upload_path(p)]
+        label, name = typed_text(label, "name", files, capture, second, voices), encoder or self.mem.modality
         try:
             if not label:
                 raise hint("Give a name for the new identity.", "No name")
             if not paths:
-                raise hint("Give one or more images (upload or capture).", "No images")
+                raise hint("Give one or more images (upload or capture): recordings alone cannot enrol, since a "
+                           "voice never proves who you are.", "No images")
             other = self.second_kind(name) if others else None
             if others and other is None:
                 raise hint("No encoder of another kind loads here: leave the second images empty.", "No second kind")
+            if spoken and not self.voice:
+                raise hint("The voice encoder does not load here: leave the recordings empty.", "No voice")
             self.mem.limiter.check(client)
-            kinds = {name: paths, **({other: others} if other else {})}
-            count = len(paths) + len(others)
+            kinds = {name: (paths, "Image"), **({other: (others, "Image")} if other else {}),
+                     **({VOICE: (spoken, "Recording")} if spoken else {})}
+            count, done = len(paths) + len(others) + len(spoken), 0
             samples: dict[str, list[Probe]] = {}
-            for kind, images in kinds.items():
-                for path in images:
-                    done = sum(map(len, samples.values()))
-                    progress(done / count, desc=f"Encoding image {done + 1} of {count}")
+            for kind, (captures, noun) in kinds.items():
+                for number, path in enumerate(captures, 1):
+                    progress(done / count, desc=f"Encoding capture {done + 1} of {count}")
                     try:
                         samples.setdefault(kind, []).append(
-                            self.mem.probe(uploads.read_once(path, "image"), kind, quality="enrol"))
+                            self.mem.probe(uploads.read_once(path, noun.lower()), kind, quality="enrol"))
                     except BioMemError as exc:
                         title, message = readable(exc)
-                        raise fail(f"Image {done + 1}: {message}", title) from None
+                        raise fail(f"{noun} {number}: {message}", title) from None
+                    done += 1
         finally:
-            uploads.discard(paths, others)
+            uploads.discard(paths, others, spoken)
         progress(1.0, desc="Checking and storing templates")
         identity = self.mem.enroll(label, samples, client=client, admin=self.admin)
-        made = " and ".join(f"{len(probes)} image(s) with `{kind}`" for kind, probes in samples.items())
+        made = " and ".join(f"{len(probes)} {'recording' if kind == VOICE else 'image'}(s) with `{kind}`"
+                            for kind, probes in samples.items())
         return f"Enrolled **{render.esc(identity.label)}** from {made}. Add memories below, or ask in **Chat**."
 
     def second_kind(self, name: str) -> str | None:
         """The encoder of an enrolment's images of another kind than `name`: one enrolled here already, else
         the demo's palm encoder beside a face (None when none loads)."""
-        other = self.mem.other_kind(name)
+        other = self.other_kind(name)
         if other is None and self.mem.encoder(name).info.kind == "face":
             other = self.palm_encoder()
         return other
 
-    def unlock(self, probe: Any, encoder: str | None, second: Any = None,
-               request: gr.Request | None = None) -> dict[str, Any]:
+    def unlock(self, probe: Any, encoder: str | None, second: Any = None, request: gr.Request | None = None,
+               voice: Any = None) -> dict[str, Any]:
         """The requester's own notes, for reading (a step-up probe), and the engine session that keeps
         them readable in this tab for UNLOCK_SECONDS (its token stays on the server); every change asks
         again."""
-        proof, client = self.step_up(probe, second, encoder, self.clients(request))
+        proof, client = self.step_up(probe, second, encoder, self.clients(request), voice)
         self.mem.verify(proof, "Unlocking your notes", client=client)
         bound = "ui:" + "|".join(self.clients(request) or [])  # this tab and its client: nobody else's
         session = self.mem.session(proof, client=client, ttl=UNLOCK_SECONDS, bound_to=bound)
@@ -381,24 +421,24 @@ class Controller:
         return int(number)
 
     def delete_note(self, note_id: Any, probe: Any, encoder: str | None, second: Any = None,
-                    request: gr.Request | None = None) -> str:
-        """Delete one of the requester's notes, proven by a fresh probe."""
+                    request: gr.Request | None = None, voice: Any = None) -> str:
+        """Delete one of the requester's notes, proven by a fresh probe (a recording beside it never suffices)."""
         try:
             number = self.note_id(note_id)
         except gr.Error:
-            uploads.discard(probe, second)
+            uploads.discard(probe, second, voice)
             raise
-        proof, client = self.step_up(probe, second, encoder, self.clients(request))
+        proof, client = self.step_up(probe, second, encoder, self.clients(request), voice)
         note = self.mem.delete(number, probe=proof, client=client)
         return f"Deleted note {note.id}: “{render.esc(note.content)}”."
 
     def forget(self, confirmed: bool, probe: Any, encoder: str | None, second: Any = None,
-               request: gr.Request | None = None) -> str:
+               request: gr.Request | None = None, voice: Any = None) -> str:
         """Erase whoever a fresh step-up probe shows, after an explicit confirmation."""
         if not confirmed:
-            uploads.discard(probe, second)
+            uploads.discard(probe, second, voice)
             raise hint("Tick the box to confirm: this erases everything of yours.", "Not confirmed")
-        proof, client = self.step_up(probe, second, encoder, self.clients(request))
+        proof, client = self.step_up(probe, second, encoder, self.clients(request), voice)
         label = self.mem.store.identity(self.mem.verify(proof, "Forgetting you", client=client)).label
         self.mem.forget(probe=proof, client=client)
         return f"Forgot **{render.esc(label)}**: notes, links, history, templates and index entries are erased."

@@ -31,7 +31,7 @@ class Shown(NamedTuple):
     """A probe the visitor showed, the attempt-limit keys it counts against (None: a sample capture this page
     handed out) and the sample person it was a capture of."""
 
-    probe: Probe
+    probe: Probe | dict[str, Probe]  # {modality: Probe} for an image and a recording together
     client: list[str] | None
     sample: str | None = None
 

@@ -28,8 +28,8 @@ class Requester(Protocol):
 
     def clients(self, request: gr.Request | None) -> list[str] | None: ...
 
-    def probe(self, value: Any, encoder: str | None, what: str = "probe",
-              client: list[str] | None = None) -> Shown: ...
+    def probe(self, value: Any, encoder: str | None, what: str = "probe", client: list[str] | None = None,
+              voice: Any = None) -> Shown: ...
 
     def step_up(self, value: Any, second: Any, encoder: str | None,
                 client: list[str] | None) -> tuple[Probe | dict[str, Probe], list[str] | None]: ...
@@ -66,12 +66,12 @@ class Households:
         self.mem = mem
         self.requester = requester
 
-    def of(self, probe: Any, encoder: str | None = None,
-                   request: gr.Request | None = None) -> dict[str, Any]:
+    def of(self, probe: Any, encoder: str | None = None, request: gr.Request | None = None,
+           voice: Any = None) -> dict[str, Any]:
         """The households of whoever the probe shows, with their members: the Remember's choices. Only
         after the gate admitted the requester, and only theirs (a stranger is refused, as for Remember; a probe
         the gate cannot tell between two people is refused as ambiguous, naming nobody)."""
-        proof, client, _ = self.requester.probe(probe, encoder, client=self.requester.clients(request))
+        proof, client, _ = self.requester.probe(probe, encoder, client=self.requester.clients(request), voice=voice)
         gate = self.mem.identify(proof, policy="best", client=client)
         person = self.mem.owner_of(gate)  # AmbiguousProbeError, or UnknownIdentityError for nobody
         return {"person": person, "label": gate.labels[person],

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..engine.messages import AMBIGUOUS
 from ..identity.enrolment import HIDDEN_CATEGORIES
+from .voices import spoken
 
 MAX_SCORE_ROWS = 8  # identities listed in a gate panel (the rest are summarised)
 PREVIEW_CHARS = 280  # a longer note is shown shortened, with a way to open it
@@ -84,9 +85,36 @@ def status_html(view: dict[str, Any]) -> str:
             f"<b>LLM</b> <code>{esc(view['llm'])}</code> · <b>gate policy</b> <code>{esc(view['policy'])}</code></div>")
 
 
+def fused(gate: dict[str, Any]) -> bool:
+    """Whether a gate decision fused several captures (a face and a recording, say): its scores are then margins
+    over each kind's τ, and its τ is 0."""
+    return "+" in (gate.get("modality") or "")
+
+
+def match_words(gate: dict[str, Any]) -> str:
+    """How the admitted person cleared the gate: "similarity 0.81 ≥ τ 0.43", or a fused decision's margin."""
+    own = gate["admitted"][0]["score"]
+    if fused(gate):
+        return f"fused margin {own:+.2f} ≥ 0 over every kind's τ"
+    return f"similarity {own:.2f} ≥ τ {gate['threshold']:.2f}"
+
+
+def speaker_html(gate: dict[str, Any]) -> str:
+    """Who is speaking, when a recording came with the probe: the gate's own decision on the fused probe, so it
+    says no more than the disclosure does (nothing of whose voice a refused recording resembled)."""
+    if not spoken(gate.get("modality")):
+        return ""
+    if gate["matched"]:
+        who = ", ".join(isolated(a["label"]) for a in gate["admitted"])
+        return f"<div class='bm-speaker bm-ok'>🎙 Who is speaking: <b>{who}</b></div>"
+    if gate.get("ambiguous"):
+        return "<div class='bm-speaker bm-no'>🎙 Who is speaking: could not tell</div>"
+    return "<div class='bm-speaker bm-no'>🎙 Who is speaking: nobody enrolled, as far as the gate can tell</div>"
+
+
 def gate_html(gate: dict[str, Any] | None) -> str:
-    """The gate's decision as disclosed: who matched (or "no match"), and under the demo
-    disclosure each sample person's similarity against τ."""
+    """The gate's decision as disclosed: who matched (or "no match"), who is speaking when a recording came with
+    the probe, and under the demo disclosure each sample person's similarity against τ."""
     if not gate:
         return "<div class='bm-empty'>The gate's decision appears here after a question.</div>"
     if gate["matched"]:
@@ -96,13 +124,13 @@ def gate_html(gate: dict[str, Any] | None) -> str:
         head = f"<div class='bm-verdict bm-no'>✗ Could not tell who is asking — {esc(AMBIGUOUS)}</div>"
     else:
         head = "<div class='bm-verdict bm-no'>✗ No match — nobody's memories are read</div>"
+    head += speaker_html(gate)
     scores = gate.get("scores")
     if scores is None:  # the private disclosure: nothing about anyone else
         if not gate["matched"]:
             return head
-        own = gate["admitted"][0]["score"]
-        return head + (f"<div class='bm-meta'>similarity {own:.2f} ≥ τ {gate['threshold']:.2f} with encoder "
-                       f"<code>{esc(gate['modality'])}</code>; other people are never shown</div>")
+        return head + (f"<div class='bm-meta'>{match_words(gate)} with encoder <code>{esc(gate['modality'])}</code>; "
+                       "other people are never shown</div>")
     if not scores:
         return head + "<div class='bm-empty'>No sample person is enrolled with this encoder.</div>"
     tau = gate["threshold"]
@@ -125,7 +153,8 @@ def gate_html(gate: dict[str, Any] | None) -> str:
         rows.append(f"<tr><td colspan='4' class='bm-more'>… and {len(scores) - MAX_SCORE_ROWS} more below</td></tr>")
     return (head + f"<div class='bm-meta'>encoder <code>{esc(gate['modality'])}</code> · τ = {tau:.2f}"
             f" (red line) · policy <code>{esc(gate['policy'])}</code> · sample people only</div>"
-            "<table class='bm-scores'><tr><th>enrolled</th><th>similarity</th><th>vs τ</th><th></th></tr>"
+            f"<table class='bm-scores'><tr><th>enrolled</th><th>{'fused margin' if fused(gate) else 'similarity'}"
+            "</th><th>vs τ</th><th></th></tr>"
             + "".join(rows) + "</table>")
 
 
@@ -211,10 +240,10 @@ def asker(gate: dict[str, Any]) -> str:
     """Who asked, as the gate decided: "Ana (similarity 0.81 ≥ τ 0.43)" or "unrecognised"."""
     if gate.get("ambiguous"):
         return f"✗ **Could not tell who is asking**: {AMBIGUOUS} (no memory is read or stored)"
+    voice = " · 🎙 speaking" if spoken(gate.get("modality")) else ""
     if not gate["matched"]:
-        return "✗ **Unrecognised requester** (no match: no memory is read or stored)"
-    own = gate["admitted"][0]["score"]
-    return f"✓ **{visible(gate['label'])}** (similarity {own:.2f} ≥ τ {gate['threshold']:.2f})"
+        return f"✗ **Unrecognised requester**{voice} (no match: no memory is read or stored)"
+    return f"✓ **{visible(gate['label'])}**{voice} ({match_words(gate)})"
 
 
 def chat_messages(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -237,8 +266,8 @@ def compare_chart(result: dict[str, Any] | None) -> str:
     """Both requesters' similarity to each sample person against τ, as a small SVG dot plot; empty
     unless the disclosure shows scores on both sides."""
     gates = [((result or {}).get(key) or {}).get("gate") or {} for key in ("a", "b")]
-    if any(gate.get("scores") is None for gate in gates):
-        return ""
+    if any(gate.get("scores") is None for gate in gates) or gates[0]["modality"] != gates[1]["modality"]:
+        return ""  # no scores, or scores of different kinds (a recording on one side only): not on one axis
     labels = list(dict.fromkeys(s["label"] for gate in gates for s in gate["scores"]))[:MAX_SCORE_ROWS]
     if not labels:
         return ""

@@ -27,6 +27,7 @@ THEME = gr.themes.Soft(  # system fonts: no request to a font CDN from the visit
 
 CSS = """
 .bm-verdict {font-size: 1.05em; padding: 8px 10px; border-radius: 8px; margin-bottom: 6px;}
+.bm-speaker {font-size: .95em; padding: 4px 10px; border-radius: 8px; margin-bottom: 6px;}
 .bm-ok {background: rgba(34,160,90,.14); border: 1px solid rgba(34,160,90,.45);}
 .bm-no {background: rgba(210,60,60,.12); border: 1px solid rgba(210,60,60,.45);}
 .bm-meta {font-size: .85em; opacity: .8; margin: 4px 0 6px;}

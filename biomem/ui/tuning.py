@@ -22,6 +22,7 @@ from . import render
 from .doors import Operators
 from .fields import Progress, silent
 from .messages import hint
+from .voices import kind_of
 
 log = logging.getLogger("biomem.ui")
 
@@ -53,10 +54,12 @@ class Calibration:
         return rows
 
     def encoder_choices(self) -> tuple[list[str], str]:
-        """(encoders that can load here, a line naming the others and why)."""
+        """(image encoders that can load here, a line naming the others and why): the probe encoder and what the
+        Calibrate tab scores images with. A voice is not offered: recordings have boxes of their own."""
         ready, missing = [], []
         for status in modalities.availability_all():
-            (ready if status.ready else missing).append(status)
+            if kind_of(status.name) != "voice":
+                (ready if status.ready else missing).append(status)
         if self.mem.modality not in [s.name for s in ready]:
             ready.insert(0, modalities.availability(self.mem.modality))
         for status in missing:

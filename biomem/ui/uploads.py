@@ -60,16 +60,18 @@ def discard_pending(pending: list[str] | None) -> None:
 
 
 def read_once(value: Any, what: str = "probe") -> bytes:
-    """The bytes of an upload; the file is gone when this returns, whatever happens."""
+    """The bytes of an upload (an image, or a recording when `what` says so); the file is gone when this returns,
+    whatever happens."""
     path = upload_path(value)
     if not path:
         raise hint(f"Give a {what} first: upload a photo, use the webcam, or pick a sample person.", "No probe")
+    kind = "recording" if what == "recording" else "image"
     try:
         file = in_cache(path)
         if file is None:
-            raise fail("The probe must be an uploaded image.", "Not an upload")
+            raise fail(f"The probe must be an uploaded {kind}.", "Not an upload")
         return file.read_bytes()
     except OSError:
-        raise fail("The probe image is no longer available: capture or upload it again.", "Probe expired") from None
+        raise fail(f"The probe {kind} is no longer available: capture or upload it again.", "Probe expired") from None
     finally:
         discard(path)

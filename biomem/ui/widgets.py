@@ -1,5 +1,6 @@
-"""The page's building blocks: probe boxes (an image, sample buttons, a webcam burst), the state the "My notes"
-listing keeps, and `action`, which wires a button to the Controller through its door (biomem.engine.access)."""
+"""The page's building blocks: probe boxes (an image, sample buttons, a webcam burst, a recording), the state the
+"My notes" listing keeps, and `action`, which wires a button to the Controller through its door
+(biomem.engine.access)."""
 
 from __future__ import annotations
 
@@ -130,7 +131,7 @@ def twice(fn: Callable) -> Callable:
     return both
 
 
-def watch(ui: Controller, component: gr.Image | gr.File) -> None:
+def watch(ui: Controller, component: gr.Image | gr.File | gr.Audio) -> None:
     """Files replaced or abandoned in `component` are deleted (now, or when the session ends)."""
     pending = gr.State([], time_to_live=PENDING_SECONDS, delete_callback=uploads.discard_pending)
     # One worker for all of them: a session's changes run in order, so an older change can never
@@ -146,6 +147,16 @@ def image_input(ui: Controller, elem_id: str, label: str, height: int, sources: 
                      webcam_options=gr.WebcamOptions(mirror=False), buttons=["fullscreen"], placeholder=placeholder)
     watch(ui, image)
     return image
+
+
+def voice_input(ui: Controller, elem_id: str,
+                label: str = "Who is speaking? Optional: a few seconds of speech, used once") -> gr.Audio:
+    """A recording beside a probe box (microphone or a WAV upload), read once and deleted like an image; hidden
+    when the voice encoder does not load here (it then never holds anything)."""
+    audio = gr.Audio(label=label, sources=["microphone", "upload"], type="filepath", format="wav",
+                     elem_id=elem_id, elem_classes="bm-voice", visible=ui.voice, buttons=[])
+    watch(ui, audio)
+    return audio
 
 
 def samples_row(ui: Controller, elem_id: str, capture: Callable[[str, str | None], Any], encoder: gr.Dropdown,

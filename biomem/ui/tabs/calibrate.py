@@ -15,7 +15,8 @@ from ..widgets import Control, action
 def calibrate_tab(ui: Controller, encoder: gr.Dropdown, status: gr.HTML) -> None:
     gr.Markdown("How alike are two captures of one person (genuine) and captures of two people (impostor)? The "
                 "gate admits similarity ≥ τ; the paper takes τ where the two densities cross, the security choice "
-                "is τ at a target false-match rate. The encoder is the **probe encoder** chosen at the top.")
+                "is τ at a target false-match rate. The encoder is the **probe encoder** chosen at the top (faces and "
+                "palms: the voice encoder is calibrated on recordings with `python -m benchmarks.voice`, not here).")
     registry = gr.Dataframe(ui.calibration.encoder_table(), headers=[
         "encoder", "kind", "dim", "default τ", "τ in this store", "loads here", "weights", "licence"],
         interactive=False, label="Encoder registry", elem_id="bm-registry")

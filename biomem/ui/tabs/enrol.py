@@ -9,7 +9,7 @@ from typing import Any
 import gradio as gr
 
 from ...identity.enrolment import MAX_LABEL_CHARS
-from .. import bursts, render
+from .. import bursts, render, voices
 from ..controller import OWN, Controller
 from ..widgets import (
     QUICK,
@@ -22,6 +22,7 @@ from ..widgets import (
     on,
     probe_input,
     second_input,
+    voice_input,
     watch,
 )
 from .notes import listing_now
@@ -41,22 +42,43 @@ def enrol_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing:
                      "look-alike relative, whom the face alone cannot tell apart from someone enrolled",
                      file_count="multiple", file_types=["image"], type="filepath", elem_id="bm-enrol-second")
     watch(ui, second)
+    recordings = voice_recordings(ui)
     button = gr.Button("Enrol", variant="primary", elem_id="bm-enrol")
     message = gr.Markdown(elem_id="bm-enrol-message")
     result = gr.State(None)
 
     def enrol(label: str, files: list[Any] | None, capture: Any, second: list[Any] | None, encoder: str | None,
-              request: gr.Request, progress: gr.Progress = gr.Progress()) -> str:  # noqa: B008 - Gradio's idiom
-        return ui.enroll(label, files, capture, encoder, progress, request, second)
+              voice_1: Any, voice_2: Any, voice_3: Any, request: gr.Request,
+              progress: gr.Progress = gr.Progress()) -> str:  # noqa: B008 - Gradio's idiom
+        return ui.enroll(label, files, capture, encoder, progress, request, second, [voice_1, voice_2, voice_3])
 
     def enrolled(text: str | None) -> tuple[Any, ...]:
-        return (text, "", None, None, None, ui.status()) if text else ("", gr.skip(), None, None, None, gr.skip())
+        emptied = (None,) * (3 + len(recordings))  # files, capture, second and the recordings: used, or deleted
+        return (text, "", *emptied, ui.status()) if text else ("", gr.skip(), *emptied, gr.skip())
 
-    action(ui, [button.click], "enrol", [Control(button, "Enrol")], enrol, [label, files, capture, second, encoder],
-           result, enrolled, [result], [message, label, files, capture, second, status], name="page:enrol",
+    action(ui, [button.click], "enrol", [Control(button, "Enrol")], enrol,
+           [label, files, capture, second, encoder, *recordings], result, enrolled, [result],
+           [message, label, files, capture, second, *recordings, status], name="page:enrol",
            show_progress_on=[message], **RAW)
 
     remember_panel(ui, encoder, status, listing)
+
+
+def voice_recordings(ui: Controller) -> list[gr.Audio]:
+    """An enrolment's recordings (voices.RECORDINGS of them), each with a meter that says how much speech it
+    heard as soon as it is recorded, before the person presses Enrol."""
+    gr.Markdown(f"**Your voice, optional**: {voices.RECORDINGS} short recordings, a few seconds of speech each, "
+                "beside your images. A voice then says who is speaking with your probe; it never unlocks, deletes or "
+                "forgets on its own.", elem_classes="bm-hint", visible=ui.voice)
+    recordings = []
+    with gr.Row(visible=ui.voice, elem_id="bm-enrol-voices"):
+        for number in range(1, voices.RECORDINGS + 1):
+            with gr.Column(min_width=200):
+                audio = voice_input(ui, f"bm-enrol-voice-{number}", f"Recording {number} of {voices.RECORDINGS}")
+                meter = gr.Markdown(elem_id=f"bm-enrol-meter-{number}", elem_classes="bm-hint")
+            audio.change(on(ui, "page:view", voices.meter), [audio], [meter], preprocess=False, **QUICK)
+            recordings.append(audio)
+    return recordings
 
 
 def remember_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing: Listing) -> None:
@@ -68,6 +90,7 @@ def remember_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listin
     text = gr.Textbox(label="Memory", elem_id="bm-memo")
     probe = probe_input(ui, "bm-memo-probe", "Probe", encoder, height=200)
     burst = burst_input(ui, "bm-memo-probe", probe)
+    voice = voice_input(ui, "bm-memo-voice")
     with gr.Row(equal_height=True):
         where = gr.Dropdown(OWN_ONLY, value=OWN, label="Where", scale=2, min_width=160, elem_id="bm-memo-where")
         hidden = gr.CheckboxGroup([], label="Hide it from", info="members of the chosen household", scale=3,
@@ -82,12 +105,12 @@ def remember_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listin
     controls = [Control(memo_button, "Remember"), Control(homes_button, "My households")]
 
     def memo(text: str, probe: Any, frames: bursts.Frames | None, where: Any, hidden: Any, encoder: str | None,
-             request: gr.Request) -> dict[str, Any]:
-        return ui.remember(text, bursts.chosen(probe, frames), encoder, request, where, hidden)
+             voice: Any, request: gr.Request) -> dict[str, Any]:
+        return ui.remember(text, bursts.chosen(probe, frames), encoder, request, where, hidden, voice)
 
     def shown(result: dict[str, Any] | None, unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
         if result is None:  # the choices stay: they are still the requester's, and the engine checks again
-            return "", gr.skip(), None, gr.skip(), *(gr.skip(),) * 3, *(gr.skip(),) * 3
+            return "", gr.skip(), None, None, gr.skip(), *(gr.skip(),) * 3, *(gr.skip(),) * 3
         note = result["note"]
         if result.get("household"):
             away = (f", hidden from {', '.join(f'**{render.esc(n)}**' for n in result['hidden_from'])}"
@@ -97,30 +120,30 @@ def remember_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listin
         else:
             stored = (f"✎ Stored as note {note['id']} for **{render.esc(result['owner'])}**: "
                       f"“{render.esc(note['content'])}”.")
-        return (stored, "", None, ui.status(), *listing_now(ui, unlocked), *choices(None))
+        return (stored, "", None, None, ui.status(), *listing_now(ui, unlocked), *choices(None))
 
-    action(ui, [memo_button.click], "memo", controls, memo, [text, probe, burst.frames, where, hidden, encoder],
-           stored, shown, [stored, listing.unlocked],
-           [memo_message, text, probe, status, *listing.outputs, where, hidden, homes],
+    action(ui, [memo_button.click], "memo", controls, memo,
+           [text, probe, burst.frames, where, hidden, encoder, voice], stored, shown, [stored, listing.unlocked],
+           [memo_message, text, probe, voice, status, *listing.outputs, where, hidden, homes],
            name="page:remember", burst=burst, show_progress_on=[memo_message], **RAW)
 
-    def households(probe: Any, frames: bursts.Frames | None, encoder: str | None,
+    def households(probe: Any, frames: bursts.Frames | None, encoder: str | None, voice: Any,
                    request: gr.Request) -> dict[str, Any]:
-        return ui.homes.of(bursts.chosen(probe, frames), encoder, request)
+        return ui.homes.of(bursts.chosen(probe, frames), encoder, request, voice)
 
     def offered(done: dict[str, Any] | None) -> tuple[Any, ...]:
         if done is None:
-            return "", None, *choices(None)
+            return "", None, None, *choices(None)
         if not done["groups"]:
             return (f"**{render.esc(done['label'])}** belongs to no household yet: found one under **Households** "
-                    "below.", None, *choices(None))
+                    "below.", None, None, *choices(None))
         names = ", ".join(f"**{render.esc(g['label'])}**" for g in done["groups"])
         return (f"Households of **{render.esc(done['label'])}**: {names}. Choose one under **Where** (your own "
-                "notes are chosen until you do), then show your probe again and press **Remember**.", None,
+                "notes are chosen until you do), then show your probe again and press **Remember**.", None, None,
                 *choices(done))
 
-    action(ui, [homes_button.click], "memo", controls, households, [probe, burst.frames, encoder], found, offered,
-           [found], [memo_message, probe, where, hidden, homes], name="page:households", burst=burst,
+    action(ui, [homes_button.click], "memo", controls, households, [probe, burst.frames, encoder, voice], found,
+           offered, [found], [memo_message, probe, voice, where, hidden, homes], name="page:households", burst=burst,
            show_progress_on=[memo_message], **RAW)
     where.input(on(ui, "page:view", hide_choices), [where, homes], [hidden], **QUICK)
 

@@ -11,7 +11,19 @@ import gradio as gr
 
 from .. import bursts, render
 from ..controller import UNLOCK_SECONDS, Controller
-from ..widgets import LOCKED, PRIVATE, RAW, Control, Listing, action, burst_input, on, probe_input, second_input
+from ..widgets import (
+    LOCKED,
+    PRIVATE,
+    RAW,
+    Control,
+    Listing,
+    action,
+    burst_input,
+    on,
+    probe_input,
+    second_input,
+    voice_input,
+)
 
 LOCK_CHECK_SECONDS = 5  # how often a tab checks whether its unlocked time is up
 
@@ -39,10 +51,11 @@ def notes_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing:
                 f"*from*), for {UNLOCK_SECONDS // 60} minutes in this tab: then, or when you press **Lock**, the "
                 "page forgets them and every answer it showed you. Deleting a note or forgetting yourself "
                 "asks for a fresh probe each time. The demo people enrolled a face and a palm: pick them in both "
-                "boxes.")
+                "boxes. A recording may go with the probe, but a voice alone never unlocks, deletes or forgets.")
     probe = probe_input(ui, "bm-unlock-probe", "Probe", encoder, height=200)
     burst = burst_input(ui, "bm-unlock-probe", probe)
     second = second_input(ui, "bm-unlock-second", "Second probe (the other kind)", encoder)
+    voice = voice_input(ui, "bm-unlock-voice")
     with gr.Row():
         unlock_button = gr.Button("Unlock my notes", variant="primary", elem_id="bm-unlock")
         lock_button = gr.Button("Lock", elem_id="bm-lock")
@@ -51,20 +64,20 @@ def notes_column(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing:
     result = gr.State(None)
     notes_message = changes_panel(ui, encoder, status, listing)
 
-    def unlock(probe: Any, frames: bursts.Frames | None, second: Any, encoder: str | None,
+    def unlock(probe: Any, frames: bursts.Frames | None, second: Any, encoder: str | None, voice: Any,
                request: gr.Request) -> dict[str, Any]:
-        return ui.unlock(bursts.chosen(probe, frames), encoder, second, request)
+        return ui.unlock(bursts.chosen(probe, frames), encoder, second, request, voice)
 
     def shown(session: dict[str, Any] | None, before: dict[str, Any] | None) -> tuple[Any, ...]:
         ui.lock(before)  # a new unlock, or a failed one, ends the listing shown before
         if session is None:
-            return (*LOCKED, "", None, None)
+            return (*LOCKED, "", None, None, None)
         unlocked = {key: session[key] for key in ("token", "bound", "label", "until")}
-        return (*listing_of(unlocked, session["rows"]), "", None, None)
+        return (*listing_of(unlocked, session["rows"]), "", None, None, None)
 
     controls = [Control(unlock_button, "Unlock my notes"), Control(lock_button, "Lock")]
-    action(ui, [unlock_button.click], "unlock", controls, unlock, [probe, burst.frames, second, encoder], result,
-           shown, [result, listing.unlocked], [*listing.outputs, notes_message, probe, second],
+    action(ui, [unlock_button.click], "unlock", controls, unlock, [probe, burst.frames, second, encoder, voice],
+           result, shown, [result, listing.unlocked], [*listing.outputs, notes_message, probe, second, voice],
            name="page:unlock", burst=burst, show_progress_on=[listing.message], **RAW)
     listing.private.append((notes_message, ""))
     return lock_button
@@ -96,6 +109,7 @@ def changes_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing
     fresh = probe_input(ui, "bm-confirm-probe", "Fresh probe to delete or forget", encoder, height=200)
     burst = burst_input(ui, "bm-confirm-probe", fresh)
     fresh_second = second_input(ui, "bm-confirm-second", "Second fresh probe (the other kind)", encoder)
+    voice = voice_input(ui, "bm-confirm-voice")
     with gr.Row(equal_height=True):
         note_id = gr.Textbox(label="Note id", placeholder="from the first column", scale=1, elem_id="bm-note-id")
         delete_button = gr.Button("Delete note", variant="secondary", scale=1, elem_id="bm-delete")
@@ -108,30 +122,30 @@ def changes_panel(ui: Controller, encoder: gr.Dropdown, status: gr.HTML, listing
     result = gr.State(None)
     controls = [Control(delete_button, "Delete note"), Control(forget_button, "Forget me")]
 
-    def delete(note: Any, probe: Any, frames: bursts.Frames | None, second: Any, encoder: str | None,
+    def delete(note: Any, probe: Any, frames: bursts.Frames | None, second: Any, encoder: str | None, voice: Any,
                request: gr.Request) -> str:
-        return ui.delete_note(note, bursts.chosen(probe, frames), encoder, second, request)
+        return ui.delete_note(note, bursts.chosen(probe, frames), encoder, second, request, voice)
 
     def forget(confirmed: bool, probe: Any, frames: bursts.Frames | None, second: Any, encoder: str | None,
-               request: gr.Request) -> str:
-        return ui.forget(confirmed, bursts.chosen(probe, frames), encoder, second, request)
+               voice: Any, request: gr.Request) -> str:
+        return ui.forget(confirmed, bursts.chosen(probe, frames), encoder, second, request, voice)
 
     def deleted(done: str | None, unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
         if done is None:
-            return gr.skip(), gr.skip(), None, None, gr.skip(), *(gr.skip(),) * 3
-        return done, "", None, None, ui.status(), *listing_now(ui, unlocked)
+            return gr.skip(), gr.skip(), None, None, None, gr.skip(), *(gr.skip(),) * 3
+        return done, "", None, None, None, ui.status(), *listing_now(ui, unlocked)
 
     def forgotten(done: str | None, unlocked: dict[str, Any] | None) -> tuple[Any, ...]:
         if done is None:
-            return gr.skip(), gr.skip(), None, None, gr.skip(), *(gr.skip(),) * 3
-        return done, False, None, None, ui.status(), *listing_now(ui, unlocked)
+            return gr.skip(), gr.skip(), None, None, None, gr.skip(), *(gr.skip(),) * 3
+        return done, False, None, None, None, ui.status(), *listing_now(ui, unlocked)
 
-    outputs = [fresh, fresh_second, status, *listing.outputs]
+    outputs = [fresh, fresh_second, voice, status, *listing.outputs]
     action(ui, [delete_button.click], "change", controls, delete,
-           [note_id, fresh, burst.frames, fresh_second, encoder], result, deleted, [result, listing.unlocked],
+           [note_id, fresh, burst.frames, fresh_second, encoder, voice], result, deleted, [result, listing.unlocked],
            [notes_message, note_id, *outputs], name="page:delete_note", burst=burst, show_progress_on=[notes_message],
            **RAW)
-    action(ui, [forget_button.click], "change", controls, forget, [confirm, fresh, burst.frames, fresh_second, encoder],
-           result, forgotten, [result, listing.unlocked], [notes_message, confirm, *outputs], name="page:forget",
-           burst=burst, show_progress_on=[notes_message], **RAW)
+    action(ui, [forget_button.click], "change", controls, forget,
+           [confirm, fresh, burst.frames, fresh_second, encoder, voice], result, forgotten, [result, listing.unlocked],
+           [notes_message, confirm, *outputs], name="page:forget", burst=burst, show_progress_on=[notes_message], **RAW)
     return notes_message
