@@ -32,7 +32,7 @@ and GRADIO_TEMP_DIR point into a temporary folder; the LLM is the offline one; t
 
 - "defaults": BioMemory's defaults (disclosure "private"; attempt limits: 20 misses a minute, a daily
   budget of 5,000 / N misses, 5 near-misses per 10 minutes per client and per target, 60 s cool-downs
-  doubling; see docs/gate.md), --budget queries (default 10,000).
+  doubling; see docs/gate-limits.md), --budget queries (default 10,000).
 - "demo": BioMemory(..., disclosure="demo", limits="off"), --demo-budget queries (default 3,000).
 - "dictionary": bulk guessing against the binary reply, in-process on an injected clock (no server: only the
   limits decide it): one client asks with a different face each query, as fast as the pace limit lets it

@@ -60,7 +60,7 @@ from biomem.identity.candidates import CandidateIndex, cosines
 from biomem.identity.gate import DEFAULT_MARGINS, Gate, GateResult, Probe
 from biomem.identity.synthetic import ArrayTemplates, SyntheticFaces
 
-TAU = 0.4291  # face-arcface-s's calibrated τ (docs/gate.md)
+TAU = 0.4291  # face-arcface-s's calibrated τ (docs/gate-calibration.md)
 DELTA = DEFAULT_MARGINS["face-arcface-s"]
 BAND = 0.50 - TAU  # near 1.0 × (step-up τ 0.50 − τ)
 MODALITY = "face-synthetic"

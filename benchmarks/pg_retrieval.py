@@ -462,7 +462,7 @@ def fmt(entry: dict[str, Any] | None, recall: bool = False) -> str:
 
 
 def report(results: dict[str, Any]) -> str:
-    """The two tables of docs/speed.md: search per partition size, then loads, builds and adds."""
+    """The two tables of docs/speed-postgresql.md: search per partition size, then loads, builds and adds."""
     lines = ["| notes / owners | partition | scan, beside the one graph | one graph over every note (recall@10) "
              "| scan, beside the own graphs | own graph, default ef_search (recall@10) "
              "| own graph recall@10 at ef_search " + " / ".join(str(ef) for ef in EF_SEARCHES) + " |",

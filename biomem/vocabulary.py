@@ -19,8 +19,8 @@ KEY_ROLES = (AGENT, ADMIN)  # the roles an API key can hold (biomem.engine.keys)
 @dataclass(frozen=True)
 class AttemptLimits:
     """Attempt limits per client (biomem.identity.limits). Defaults, against NIST SP 800-63B's biometric rules in
-    docs/gate.md: any miss counts towards a pace of 20 per minute (past it, for `cooldown` seconds, only a probe at
-    the step-up τ is admitted: a kiosk's crowd never locks its owners out) and towards a daily budget of
+    docs/gate-limits.md: any miss counts towards a pace of 20 per minute (past it, for `cooldown` seconds, only a probe
+    at the step-up τ is admitted: a kiosk's crowd never locks its owners out) and towards a daily budget of
     floor(risk / (N_enrolled × fmr)) = 5,000 / N misses (`budget_for`), past which the client is refused until its
     oldest miss ages out; a near-miss (as far below τ of someone as the step-up τ is above it) counts 5 per 10
     minutes per client, then a cool-down of 60 s doubling up to a day, and per targeted identity, whose matches then

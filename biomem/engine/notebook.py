@@ -88,7 +88,7 @@ class Notebook:
         """Delete a note `person` may read, its derived words and (unless `keep_history`) its text in the history,
         out of the write-ahead log before this returns; returns what was deleted."""
         owner = self.get(person, note_id).owner
-        self.agent.take_back(owner, note_id)  # no derived copy of its words outlives it (docs/gate.md)
+        self.agent.take_back(owner, note_id)  # no derived copy of its words outlives it (docs/erasure.md)
         note, generation = self.store.delete_note(owner, note_id, keep_history=keep_history, actor=person)
         self.partitions.deleted(owner, note_id, generation)
         self.llm.drop_owner(owner)

@@ -81,7 +81,7 @@ HINT = 0.01
 # hnswlib's graph degree and construction breadth (build time grows with both). Over 10,000 people × 5 captures
 # at face-arcface-s's τ, the candidate path's decisions differed from the scan's 16 times in 8,017 with M 16 and
 # ef_construction 100 (a runner-up at τ or more left unfound: five captures of one person fill a sparse
-# graph's links), never in 8,188 with M 32 and 200 (docs/speed.md; the proof test checks 100,000 more).
+# graph's links), never in 8,188 with M 32 and 200 (docs/gate.md; the proof test checks 100,000 more).
 M = 32
 EF_CONSTRUCTION = 200
 BUILD_THREADS = 1  # a build runs beside the requests it speeds up: one core of two

@@ -1,4 +1,4 @@
-"""Attempt limits that tell strangers from attackers (docs/gate.md).
+"""Attempt limits that tell strangers from attackers (docs/gate-limits.md).
 
 A client is counted by its address ("address:<ip>"), or by its other keys (session, API key) when it has none:
 an API key shared by several devices never lets misses at one address lock out another.
