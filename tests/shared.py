@@ -13,6 +13,7 @@ import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -20,12 +21,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import app
 from biomem import BioMemory
 from biomem.identity import samples
 from biomem.server import create_app, served
 from biomem.settings import Settings
 from biomem.stores.base import COUNTED
 from biomem.stores.sqlite import Store as SqliteStore
+from modalities.images import load_image
 
 # The cast: the seven people of biomem.identity.samples.face_crops(), by index, under one name in every test file.
 # Ana, Ben and Chloe are the demo's sample people; STRANGER is the one the demo never enrols. A test that enrols
@@ -167,3 +170,23 @@ def rest_service(mem: BioMemory, *, ui: bool = True, mcp: bool = True,
     with served(create_app(mem, settings, ui=ui, mcp=mcp)) as url, \
             httpx.Client(base_url=url, **{"timeout": 60, **client}) as http:
         yield url, http
+
+
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp"}
+
+
+@contextlib.contextmanager
+def served_app(mem: BioMemory, cache: Path, **build: object) -> Iterator[SimpleNamespace]:
+    """The app over `mem` on a free localhost port, Gradio's cache in `cache`; closed afterwards."""
+    with app.served(mem, cache, **build) as (url, demo):
+        yield SimpleNamespace(url=url, demo=demo, ui=demo.biomem_app, mem=mem, cache=cache)
+
+
+def cached_images(cache: Path) -> list[Path]:
+    return [p for p in cache.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
+
+
+def personal_images(server: SimpleNamespace) -> list[Path]:
+    """The images left in the page's cache but the sample captures it handed out (public, never a visitor's:
+    a Compare's boxes get fresh ones, which Gradio's own sweep removes)."""
+    return [path for path in cached_images(server.cache) if server.ui.samples.which(load_image(path)) is None]

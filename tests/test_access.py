@@ -19,7 +19,7 @@ from biomem.engine.keys import create_key
 from biomem.server import create_app, rest, served
 from biomem.server.mcp import register_tools
 from biomem.settings import Settings
-from tests.test_app import served_app
+from tests.shared import served_app
 
 # Doors that are parts of a route's body, not routes (checked by the route's own tests).
 BODY_DOORS = {"rest:add by identity id", "rest:precomputed embedding", "rest:store counts"}
@@ -134,6 +134,7 @@ def test_every_page_event_is_a_door_and_opens_only_for_its_role(keyed_page):
     wrong = call_event(served.url, sign_in, ["bm_not-a-key"], "operator")
     assert wrong["success"] is False and "unknown or revoked" in json.dumps(wrong)
     assert call_event(served.url, sign_in, [secret], "operator")["success"] is True
-    enrolment = ["Dana", None, None, None, None]  # no images: the door opens, then enrolment asks for them
+    # no images or recordings: the door opens, then enrolment asks for them
+    enrolment = ["Dana", None, None, None, None, None, None, None]
     assert "No images" in json.dumps(call_event(served.url, enrol, enrolment, "operator"))
     assert "this caller's role is public" in json.dumps(call_event(served.url, enrol, enrolment, "someone else"))

@@ -9,7 +9,6 @@ delete, forget, import, calibrate) are checked directly.
 from __future__ import annotations
 
 import base64
-import contextlib
 import io
 import json
 import os
@@ -18,7 +17,6 @@ import threading
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
@@ -28,7 +26,6 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 from PIL import Image
 
-import app
 from biomem import BioMemory
 from biomem.engine.demo import DEMO_HOUSEHOLD, DEMO_PEOPLE, DEMO_SHARED, build_demo, demo_capture
 from biomem.identity.calibrate import SAMPLE_PALMS
@@ -39,36 +36,17 @@ from biomem.ui.bursts import MAX_FRAME_BYTES, Frames, frame_bytes
 from biomem.ui.controller import NO_HOUSEHOLD_CHOSEN
 from biomem.ui.messages import friendly
 from biomem.ui.turns import Crowded, Repeated, Turns
-from modalities.images import load_image
 from modalities.palmsynth import palm_capture
 
-from .shared import upload
+from .shared import cached_images, served_app, upload
 
 QUESTION = "What is my bank card PIN?"
 PINS = {"Ana": "4821", "Ben": "7390", "Chloe": "1156"}
 WIFI, PARTY = (text for text, *_ in DEMO_SHARED)  # the demo household's notes: for all, and hidden from Chloe
 HOME_NOTES = {(DEMO_HOUSEHOLD, author, text) for text, _, author, _ in DEMO_SHARED}  # (from, by, note)
 YAO_PALM = 7  # the synthetic palm seed of Yao, an ordinary person: none of the sample people's
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp"}
 # Gradio's queue statistics use pandas options that pandas 3 deprecates: not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore::Warning:gradio.queueing")
-
-
-@contextlib.contextmanager
-def served_app(mem: BioMemory, cache: Path, **build: object) -> Iterator[SimpleNamespace]:
-    """The app over `mem` on a free localhost port, Gradio's cache in `cache`; closed afterwards."""
-    with app.served(mem, cache, **build) as (url, demo):
-        yield SimpleNamespace(url=url, demo=demo, ui=demo.biomem_app, mem=mem, cache=cache)
-
-
-def cached_images(cache: Path) -> list[Path]:
-    return [p for p in cache.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
-
-
-def personal_images(server: SimpleNamespace) -> list[Path]:
-    """The images left in the page's cache but the sample captures it handed out (public, never a visitor's:
-    a Compare's boxes get fresh ones, which Gradio's own sweep removes)."""
-    return [path for path in cached_images(server.cache) if server.ui.samples.which(load_image(path)) is None]
 
 
 @pytest.fixture(scope="module")

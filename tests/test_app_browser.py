@@ -33,7 +33,7 @@ from biomem import BioMemory
 from biomem.engine.demo import demo_household
 from biomem.identity.samples import demo_capture
 from biomem.ui.bursts import Frames
-from tests.test_app import personal_images, served_app
+from tests.shared import personal_images, served_app
 
 from .conftest import CHROMIUM_ARGS
 

@@ -23,7 +23,7 @@ from biomem.errors import NotAuthorisedError
 from biomem.ui import Controller, uploads
 from biomem.ui.doors import door
 from modalities.palmsynth import palm_capture
-from tests.test_app import personal_images, served_app
+from tests.shared import personal_images, served_app
 
 from .conftest import CHROMIUM_ARGS
 

@@ -29,8 +29,9 @@ from biomem.settings import Settings
 from biomem.ui import Controller, uploads
 from biomem.ui.messages import friendly
 from biomem.vocabulary import AttemptLimits
+from tests.shared import cached_images, served_app, upload
 from tests.test_access import call_event
-from tests.test_app import QUESTION, cached_images, served_app, upload
+from tests.test_app import QUESTION
 
 pytestmark = pytest.mark.filterwarnings("ignore::Warning:gradio.queueing")
 

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from biomem import BioMemory
-from tests.test_app import served_app
+from tests.shared import served_app
 
 from .conftest import CHROMIUM_ARGS
 from .shared import DAN
