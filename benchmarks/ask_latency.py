@@ -50,6 +50,8 @@ from benchmarks.common import RESULTS, arguments, write_result
 from benchmarks.machine import machine_info
 from biomem import BioMemory, Probe
 from biomem.engine.demo import DEMO_PEOPLE, STRANGER, build_demo, demo_capture
+from biomem.engine.query import Query
+from biomem.engine.retrieval import Retrieval
 from biomem.errors import MultipleFacesError, NoFaceError, PoorCaptureError
 from biomem.notes.llamacpp import model_name, serve_gguf
 from biomem.notes.llm import LLM, OfflineLLM, OpenAIChat, smollm2_gguf
@@ -77,10 +79,10 @@ def captures(asks: int) -> list[tuple[int, bytes, bytes]]:
              jpeg(demo_capture(people[n % len(people)], 11 + 2 * n))) for n in range(asks)]
 
 
-def embedded_first(mem: BioMemory, queries: list[Any]) -> Future:
-    """BioMemory._embedding_beside undone: the queries embedded on the caller's thread, before the probe."""
+def embedded_first(retrieval: Retrieval, asked: Query) -> Future:
+    """Retrieval.embedding undone: the query embedded on the caller's thread, before the probe is read."""
     done: Future = Future()
-    done.set_result([mem._embedded(q) for q in queries])
+    done.set_result(retrieval.vectors(asked))
     return done
 
 
@@ -147,7 +149,7 @@ def main() -> None:
             print(f"done {row}", flush=True)
         baselines = {"onnxruntime defaults": mock.patch.object(arcface, "_session_options", lambda threads: None),
                      "detector at 640": mock.patch.object(arcface, "detector_input", lambda shape: arcface.DET_SIZE),
-                     "question before the probe": mock.patch.object(BioMemory, "_embedding_beside", embedded_first)}
+                     "question before the probe": mock.patch.object(Retrieval, "embedding", embedded_first)}
         for name, undone in baselines.items():
             with undone:
                 rows.append(run(f"face-arcface-s, {name}", "face-arcface-s", text, "offline", args.asks, Path(tmp)))
