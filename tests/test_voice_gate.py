@@ -87,6 +87,7 @@ def test_a_voice_alone_never_clears_a_step_up_and_a_face_still_does(household, c
         with pytest.raises(StepUpRequiredError, match="voice alone"):
             action({VOICE: wav(ana_voice)})
     assert mem.store.get_note(ana.id, note.id).content == "My locker code is 4412"  # nothing changed
+    assert mem.other_kind(FACE) is None  # a voice is never the second kind a step-up asks for
     assert mem.verify({FACE: capture(ANA, 2)}) == ana.id  # the voice is not required beside the face
     assert mem.verify({FACE: capture(ANA, 2), VOICE: wav(ana_voice)}) == ana.id
     with mem.session({VOICE: wav(ana_voice)}) as me:  # a voice session reads narrowly, never broadly
