@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import StepUpRequiredError
 from ..identity.biometrics import Biometrics, Clients
-from ..identity.gate import GateResult
+from ..identity.gate import GateResult, Probe
 from ..identity.limits import AttemptLimiter
 from .access import check_writer
 from .checks import BROAD_K
@@ -30,15 +30,19 @@ class Requesters:
               listing: bool = False) -> GateResult:
         """The gate's decision for a read; for a listing, StepUpRequiredError (a miss) unless the person it
         admitted is proved at the step-up τ. A probe that matches nobody gets its empty result either way."""
-        self.limiter.check(client)  # a client in cool-down is refused before any encoder runs
-        probes = self.biometrics.probes(probe)
-        gate = self.biometrics.identify(probes, policy=policy, client=client)
+        gate, probes = self._decide(probe, policy, client)
         if listing and gate.matched and not self.biometrics.clears_step_up(gate, probes):
             self.limiter.miss(client)
             raise StepUpRequiredError(f"a search of more than {BROAD_K} notes, or with filters, lists your notes: it "
                                       "needs a fresh, clear probe of you (the stricter match, of every kind you "
                                       "enrolled). Ask for fewer notes without filters, or show a clearer probe")
         return gate
+
+    def _decide(self, probe: Any, policy: str | None, client: Clients) -> tuple[GateResult, list[Probe]]:
+        """The gate's decision and the probes it read; a client in cool-down is refused before any encoder runs."""
+        self.limiter.check(client)
+        probes = self.biometrics.probes(probe)
+        return self.biometrics.identify(probes, policy=policy, client=client), probes
 
     def owner(self, probe: Any, client: Clients = None) -> int:
         """The one person `probe` admits under the "best" policy (AmbiguousProbeError, UnknownIdentityError)."""
@@ -53,9 +57,7 @@ class Requesters:
              bound_to: str | None = None) -> Session:
         """Run the gate once: a Session of `engine` that acts as the matched person for `ttl` seconds
         (UnknownIdentityError when the probe matches nobody). See biomem.engine.sessions."""
-        self.limiter.check(client)
-        probes = self.biometrics.probes(probe)
-        gate = self.biometrics.identify(probes, policy="best", client=client)
+        gate, probes = self._decide(probe, "best", client)
         self.biometrics.owner_of(gate)  # AmbiguousProbeError or UnknownIdentityError unless one person was admitted
         broad = self.biometrics.clears_step_up(gate, probes)
         return self.sessions.open(engine, gate, gate.labels[gate.identity], broad, ttl, bound_to=bound_to,
