@@ -159,7 +159,7 @@ class Controller:
         name = encoder or self.mem.modality
         if not uploads.upload_path(second):
             return self.probe(value, name, "fresh probe", client, voice)[:2]
-        other = self.other_kind(name)
+        other = self.mem.other_kind(name)
         if other is None:
             uploads.discard(value, second, voice)
             raise hint("Nobody here enrolled a second kind of probe: leave the second one empty.", "No second kind")
@@ -168,10 +168,6 @@ class Controller:
         parts = first.probe if isinstance(first.probe, dict) else {name: first.probe}
         return {**parts, other: again.probe}, first.client or again.client
 
-    def other_kind(self, name: str) -> str | None:
-        """The store's encoder of images of another kind than `name` (a palm beside a face): the second box."""
-        return self.mem.other_kind(name)
-
     def sample_capture(self, person: str, encoder: str | None) -> np.ndarray:
         """A fresh capture of a sample person for the probe input (face or palm by the encoder)."""
         return self.samples.hand_out(person, encoder, demo.sample_capture(self.mem, person, encoder))
@@ -179,7 +175,7 @@ class Controller:
     def second_sample(self, person: str, encoder: str | None) -> np.ndarray:
         """A fresh capture of a sample person of the other kind than `encoder` (their palm beside a
         face): the second probe of someone who enrolled both."""
-        other = self.other_kind(encoder or self.mem.modality)
+        other = self.mem.other_kind(encoder or self.mem.modality)
         if other is None:
             raise hint("Nobody here enrolled a second kind of probe: leave the second one empty.", "No second kind")
         return self.samples.hand_out(person, other, demo.sample_capture(self.mem, person, other))
@@ -368,7 +364,7 @@ class Controller:
     def second_kind(self, name: str) -> str | None:
         """The encoder of an enrolment's images of another kind than `name`: one enrolled here already, else
         the demo's palm encoder beside a face (None when none loads)."""
-        other = self.other_kind(name)
+        other = self.mem.other_kind(name)
         if other is None and self.mem.encoder(name).info.kind == "face":
             other = self.palm_encoder()
         return other
